@@ -1,0 +1,2 @@
+"Everything in fastxtend_accel: `from fastxtend_accel.all import *`"
+from .core import *
