@@ -1,0 +1,125 @@
+"Training scenarios run on 2 processes (torchrun) or on 1 (`python`, with the global batch size): each rank saves what it saw."
+import sys, torch
+from pathlib import Path
+from torch import nn
+from fastai.basics import *
+from fastai.callback.all import *
+from fastxtend_accel.core import *
+
+out = Path(sys.argv[1])
+world = int(os.environ.get('WORLD_SIZE', 1))
+bs = 16 if world > 1 else 32  # per process; the global batch is 32 either way
+
+def regression_learner(n=192, bs=bs, shuffle=False, **kwargs):
+    "A 2-layer net on a fixed random regression; x[:,0] is the item's index so callbacks can see which items came"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g); x[:,0] = torch.arange(n).float()
+    y = (x[:,1:] @ torch.randn(7, 1, generator=g)).squeeze(1)
+    dsets = Datasets(range(n), [[x.__getitem__], [y.__getitem__]], splits=[range(n), range(n)])
+    dls = dsets.dataloaders(bs=bs, shuffle=shuffle, drop_last=shuffle, num_workers=0, device='cpu')
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    split = lambda m: [list(m[0].parameters()), list(m[2].parameters())]
+    return Learner(dls, model, loss_func=lambda p,t: F.mse_loss(p.squeeze(1), t), splitter=split, opt_func=SGD, **kwargs)
+
+class Spy(Callback):
+    "Record items seen, backward calls, optimizer steps and DDP all-reduces"
+    order = 20
+    def before_fit(self):
+        self.items,self.steps,self.allreduces,self.backwards = [],0,0,0
+        acc = self.learn.accelerator
+        if acc is not None:
+            orig = acc.accelerator.backward
+            def counted(loss, **kw): self.backwards += 1; return orig(loss, **kw)
+            acc.accelerator.backward = counted
+        if isinstance(self.learn.model, nn.parallel.DistributedDataParallel):
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+            def hook(state, bucket): self.allreduces += 1; return allreduce_hook(state, bucket)
+            self.learn.model.register_comm_hook(None, hook)
+    def before_batch(self):
+        if self.training: self.items.append(self.xb[0][:,0].long().tolist())
+    def after_step(self): self.steps += 1
+    def after_fit(self):
+        acc = self.learn.accelerator
+        if acc is not None: del acc.accelerator.backward
+
+def params(learn): return [p.detach().clone() for p in learn.model.parameters()]
+
+res = {}
+# 1. plain fit, no shuffle: global batch i is items i*32..(i+1)*32 on 1 or 2 processes
+learn = regression_learner().accelerate()
+spy = Spy()
+learn.fit(2, 1e-3, cbs=spy)
+res['plain'] = dict(params=params(learn), items=spy.items, steps=spy.steps, backwards=spy.backwards,
+                    allreduces=spy.allreduces, losses=[float(l) for l in learn.recorder.losses],
+                    model_type=type(learn.model).__name__)
+
+# 2. gradient accumulation: k=2 over 6 batches per epoch (192 items, global batch 32)
+learn = regression_learner().accelerate(gradient_accumulation_steps=2)
+spy = Spy()
+class CountingClip(GradientClip):
+    calls = 0
+    def before_step(self): self.calls += 1; super().before_step()
+clip = CountingClip(max_norm=1e6)
+learn.fit(1, 1e-3, cbs=[spy, clip])
+res['accum'] = dict(params=params(learn), steps=spy.steps, backwards=spy.backwards, allreduces=spy.allreduces,
+                    clips=clip.calls)
+# ... and the same global batches of 64 in one step each
+learn = regression_learner(bs=bs*2).accelerate()
+learn.fit(1, 1e-3)
+res['accum_ref'] = dict(params=params(learn))
+
+# 3. one-cycle schedule, shuffled data, after freezing the first layer group
+learn = regression_learner(shuffle=True).accelerate()
+learn.freeze_to(-1)
+before = params(learn)
+spy = Spy()
+learn.fit_one_cycle(2, 1e-2, cbs=spy)
+res['one_cycle'] = dict(lrs=list(learn.recorder.lrs), before=before, params=params(learn), items=spy.items)
+
+# 4. bf16: dtype inside the model and of the loss
+class DtypeSpy(Callback):
+    def before_fit(self): self.dtypes = set(); self.h = self.learn.model[0].register_forward_hook(lambda m,i,o: self.dtypes.add(str(o.dtype)))
+    def after_loss(self): self.loss_dtype = str(self.learn.loss.dtype)
+    def after_fit(self): self.h.remove()
+learn = regression_learner().accelerate(mixed_precision='bf16')
+dspy = DtypeSpy()
+learn.fit(1, 1e-3, cbs=dspy)
+res['bf16'] = dict(dtypes=dspy.dtypes, loss_dtype=dspy.loss_dtype)
+
+# 5. save / export from every rank: only the main process writes
+learn = regression_learner().accelerate()
+learn.fit(1, 1e-3)
+learn.path = out
+learn.save('model')
+learn.export(out/'export.pkl')
+x = torch.linspace(-1, 1, 40).view(5, 8)
+res['save'] = dict(params=params(learn), preds=learn.model(x).detach())
+
+# 6. a plain torch DataLoader, shuffled, over two epochs
+from torch.utils.data import DataLoader as TorchDL, TensorDataset
+ds = TensorDataset(torch.arange(96).float()[:,None].repeat(1, 8), torch.zeros(96))
+learn = regression_learner()
+learn.dls = DataLoaders(TorchDL(ds, batch_size=bs, shuffle=True, drop_last=True), TorchDL(ds, batch_size=bs))
+learn.accelerate()
+spy = Spy()
+learn.fit(2, 0, cbs=spy)
+res['torch_dl'] = dict(items=spy.items)
+
+# 7. collectives
+learn = regression_learner().accelerate()
+rank = learn.accelerator.process_index
+res['collectives'] = dict(
+    gather=learn.gather(torch.tensor([rank, rank])).tolist(),
+    all_gather=learn.all_gather(torch.tensor([float(rank)])).tolist(),
+    reduce_mean=learn.reduce(torch.tensor(float(rank))).item(),
+    reduce_max=learn.reduce(torch.tensor(float(rank)), 'max').item(),
+    broadcast=learn.broadcast({'from': rank}, src=1),
+    broadcast_t=learn.broadcast(torch.tensor([rank*10.]), src=1).tolist(),
+    is_main=learn.is_main_process, rank=rank, world=learn.accelerator.num_processes)
+learn.barrier()
+x = torch.tensor([1., 2.], requires_grad=True)
+learn.all_gather(x*(rank+1), sync_grads=True).sum().backward()
+res['collectives']['grad'] = x.grad.tolist()
+
+torch.save(res, out/f'rank{rank}.pt')

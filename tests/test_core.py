@@ -1,0 +1,157 @@
+"fastxtend_accel.core on real processes: 2-process gloo runs against 1-process runs fed the same global batches."
+import importlib, subprocess, sys
+import pytest, torch
+from torch import nn
+from fastai.learner import load_learner
+from fastxtend_accel.core import synth_learner_digits
+from conftest import SCRIPTS, REPO, torchrun, accelerate_launch, run
+
+def _load(d, n): return [torch.load(d/f'rank{r}.pt', weights_only=False) for r in range(n)]
+
+@pytest.fixture(scope='module')
+def scenarios(tmp_path_factory):
+    "Run tests/scripts/ddp_scenarios.py on 1 process (bs 32) and on 2 (bs 16 each)"
+    one,two = tmp_path_factory.mktemp('one'),tmp_path_factory.mktemp('two')
+    run([sys.executable, SCRIPTS/'ddp_scenarios.py', one])
+    run(torchrun(2) + [SCRIPTS/'ddp_scenarios.py', two])
+    return _load(one, 1)[0], _load(two, 2), two
+
+def _maxdiff(a, b): return max((x-y).abs().max().item() for x,y in zip(a, b))
+
+def test_ddp_matches_single_process(scenarios):
+    single,(r0,r1),_ = scenarios
+    for a,b in zip(r0['plain']['params'], r1['plain']['params']): assert torch.equal(a, b)
+    assert _maxdiff(r0['plain']['params'], single['plain']['params']) < 1e-5
+    assert r0['plain']['model_type'] == 'Sequential' # the user's module again after fit
+    # rank r takes the r-th 16-item slice of each 32-item global batch
+    assert r0['plain']['items'][0] == list(range(16)) and r1['plain']['items'][0] == list(range(16, 32))
+    assert r0['plain']['losses'] == pytest.approx(single['plain']['losses'], abs=1e-4) # smooth loss: mean over processes
+
+def test_backward_and_allreduce_counts(scenarios):
+    single,(r0,r1),_ = scenarios
+    assert (r0['plain']['backwards'], r0['plain']['steps'], r0['plain']['allreduces']) == (12, 12, 12)
+    acc = r0['accum']
+    assert (acc['backwards'], acc['steps'], acc['allreduces'], acc['clips']) == (6, 3, 3, 3)
+    assert _maxdiff(acc['params'], r0['accum_ref']['params']) < 1e-5 # k=2 at bs=16 == k=1 at bs=32
+    assert _maxdiff(acc['params'], single['accum']['params']) < 1e-5
+
+def test_one_cycle_and_freeze(scenarios):
+    single,(r0,r1),_ = scenarios
+    oc = r0['one_cycle']
+    assert len(oc['lrs']) == 12 and oc['lrs'] == single['one_cycle']['lrs']
+    for a,b in zip(oc['before'][:2], oc['params'][:2]): assert torch.equal(a, b) # frozen group unchanged
+    for a,b in zip(oc['before'][2:], oc['params'][2:]): assert not torch.equal(a, b) # the head trained
+    for a,b in zip(oc['params'], r1['one_cycle']['params']): assert torch.equal(a, b)
+
+def test_shuffled_shards(scenarios):
+    _,(r0,r1),_ = scenarios
+    for key,n_batches in (('one_cycle', 6), ('torch_dl', 3)):
+        e0,e1 = r0[key]['items'],r1[key]['items']
+        epochs = [(sum(e0[i*n_batches:(i+1)*n_batches], []), sum(e1[i*n_batches:(i+1)*n_batches], [])) for i in range(2)]
+        for a,b in epochs:
+            assert not set(a) & set(b), f'{key}: processes saw the same items'
+            assert len(set(a) | set(b)) == len(a) + len(b)
+        assert epochs[0][0] != epochs[1][0], f'{key}: same order in both epochs'
+
+def test_bf16_on_cpu(scenarios):
+    _,(r0,r1),_ = scenarios
+    for r in (r0, r1): assert r['bf16'] == dict(dtypes={'torch.bfloat16'}, loss_dtype='torch.float32')
+
+def test_save_and_export(scenarios):
+    _,(r0,r1),d = scenarios
+    files = list((d/'models').iterdir())
+    assert [f.name for f in files] == ['model.pth']
+    sd = torch.load(files[0], weights_only=False)['model']
+    assert not any(k.startswith('module.') for k in sd)
+    learn = synth_learner_digits(n=64)
+    learn.model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    learn.load(d/'models'/'model', with_opt=False)
+    for a,b in zip(learn.model.parameters(), r0['save']['params']): assert torch.equal(a, b)
+    exported = load_learner(d/'export.pkl')
+    assert exported.accelerator is None and not any(type(cb).__name__ == 'AcceleratorCallback' for cb in exported.cbs)
+    x = torch.linspace(-1, 1, 40).view(5, 8)
+    assert torch.equal(exported.model(x), r0['save']['preds'])
+
+def test_collectives(scenarios):
+    _,(r0,r1),_ = scenarios
+    c0,c1 = r0['collectives'],r1['collectives']
+    assert c0['gather'] == c1['gather'] == [0, 0, 1, 1]
+    assert c0['all_gather'] == [[0.], [1.]]
+    assert c0['reduce_mean'] == 0.5 and c1['reduce_max'] == 1.
+    assert c0['broadcast'] == c1['broadcast'] == {'from': 1} and c0['broadcast_t'] == [10.]
+    assert (c0['is_main'], c1['is_main']) == (True, False)
+    assert (c0['grad'], c1['grad']) == ([2., 2.], [4., 4.]) # sync_grads: gradients flow back to every process
+
+def _check_launch(d, n):
+    res = _load(d, n)
+    assert [r['world'] for r in res] == [n]*n
+    for r in res[1:]:
+        for a,b in zip(res[0]['params'], r['params']): assert torch.equal(a, b)
+    return res
+
+def test_torchrun(tmp_path):
+    run(torchrun(2) + [SCRIPTS/'launch_check.py', tmp_path])
+    assert _check_launch(tmp_path, 2)[0]['backend'] == 'gloo'
+
+def test_accelerate_launch_multi_gpu_on_cpu(tmp_path):
+    run(accelerate_launch('--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no',
+                          '--dynamo_backend', 'no') + [SCRIPTS/'launch_check.py', tmp_path])
+    _check_launch(tmp_path, 2)
+
+def test_accelerate_launch_single(tmp_path):
+    run(accelerate_launch('--num_processes', '1', '--num_machines', '1', '--mixed_precision', 'no',
+                          '--dynamo_backend', 'no') + [SCRIPTS/'launch_check.py', tmp_path])
+    _check_launch(tmp_path, 1)
+
+@pytest.mark.parametrize('launcher', ['notebook_launcher', 'debug_launcher'])
+def test_notebook_launchers(tmp_path, launcher):
+    kw = 'num_processes=2' + (', use_port="%d"' % __import__('conftest').free_port() if launcher == 'notebook_launcher' else '')
+    code = (f"import sys; sys.path.insert(0, {str(SCRIPTS)!r}); from launch_check import main; "
+            f"from accelerate import {launcher}; {launcher}(main, ({str(tmp_path)!r},), {kw})")
+    run([sys.executable, '-c', code])
+    _check_launch(tmp_path, 2)
+
+def test_demo_reaches_90_percent():
+    res = run(torchrun(2) + [REPO/'examples'/'train.py', '--epochs', '5'], timeout=600)
+    acc = float(res.stdout.strip().splitlines()[-1].split()[-1])
+    assert acc >= 0.9, res.stdout[-2000:]
+
+def test_stock_fastai_unchanged(tmp_path):
+    "Without `.accelerate()` a fit gives exactly stock fastai's values, even after importing (and reloading) the library"
+    code = """
+import sys, torch
+from fastai.basics import *
+from fastai.callback.all import *
+from sklearn.datasets import load_digits
+if sys.argv[1] == 'patched':
+    import importlib, fastxtend_accel.core as core
+    importlib.reload(core)
+    assert Learner._fastai__backward.__module__ == 'fastai.learner'
+x,y = load_digits(return_X_y=True)
+x,y = torch.tensor(x[:512], dtype=torch.float32)/16, torch.tensor(y[:512])
+dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=RandomSplitter(seed=0)(range_of(x)))
+set_seed(0)
+model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+learn = Learner(dsets.dataloaders(bs=32, num_workers=0), model, loss_func=nn.CrossEntropyLoss(), metrics=accuracy,
+                splitter=lambda m: [list(m[0].parameters()), list(m[2].parameters())], cbs=GradientAccumulation(n_acc=64))
+learn.fit_one_cycle(2, 1e-2, cbs=GradientClip(0.5))
+learn.fine_tune(1)
+res = dict(values=learn.recorder.values, losses=learn.recorder.losses)
+res['preds'] = learn.get_preds()[0]
+torch.save(res, sys.argv[2])
+"""
+    for mode in ('stock', 'patched'): run([sys.executable, '-c', code, mode, tmp_path/f'{mode}.pt'])
+    stock,patched = [torch.load(tmp_path/f'{m}.pt', weights_only=False) for m in ('stock', 'patched')]
+    assert stock['values'] == patched['values']
+    assert torch.equal(torch.stack(stock['losses']), torch.stack(patched['losses']))
+    assert torch.equal(stock['preds'], patched['preds'])
+
+def test_bad_input():
+    learn = synth_learner_digits(n=64)
+    with pytest.raises(ValueError, match=r"\['no', 'fp8', 'fp16', 'bf16'\]"): learn.accelerate(mixed_precision='fp32')
+    for n in (0, -1, 2.0, '2'):
+        with pytest.raises(ValueError, match='whole number >= 1'): learn.accelerate(gradient_accumulation_steps=n)
+    learn.to_fp16()
+    learn.accelerate(mixed_precision='bf16')
+    with pytest.raises(ValueError, match=r'learn\.remove_cb\(MixedPrecision\)'): learn.fit(1)
+    with pytest.raises(ValueError, match='needs CUDA'): learn.accelerate(sync_bn=True)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up, check the exported modules match the notebooks, run the notebooks' lessons, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+export PYTHONWARNINGS=ignore
+
+state() { { git diff; git status --porcelain --untracked-files=all; } | sha1sum; }
+before=$(state)
+.venv/bin/nbdev-export
+.venv/bin/nbdev-clean
+if [ "$before" != "$(state)" ]; then
+  echo "nbdev-export/nbdev-clean changed the tree: export and clean the notebooks, then commit." >&2
+  git status --porcelain >&2
+  exit 1
+fi
+echo "notebooks and modules in sync"
+
+.venv/bin/nbdev-test --flags multiproc
+exec .venv/bin/python -m pytest -q -p no:cacheprovider tests
