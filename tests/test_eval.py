@@ -1,0 +1,44 @@
+"Exact evaluation under 2 processes: the same numbers as 1 process, on every rank (tests/scripts/eval_scenarios.py)."
+import sys
+import pytest, torch
+from conftest import SCRIPTS, torchrun, run
+
+@pytest.fixture(scope='module')
+def evals(tmp_path_factory):
+    one,two = tmp_path_factory.mktemp('one'),tmp_path_factory.mktemp('two')
+    run([sys.executable, SCRIPTS/'eval_scenarios.py', one])
+    run(torchrun(2) + [SCRIPTS/'eval_scenarios.py', two])
+    return torch.load(one/'rank0.pt', weights_only=False), [torch.load(two/f'rank{r}.pt', weights_only=False) for r in range(2)]
+
+def test_validation_metrics_exact(evals):
+    "203 items, bs 64: valid loss, mae (AvgMetric), rmse (AccumMetric) and accuracy as on one process"
+    single,ranks = evals
+    for r in ranks:
+        assert r['regression'] == pytest.approx(single['regression'], abs=1e-6)
+        assert r['classification'] == pytest.approx(single['classification'], abs=1e-6)
+
+def test_get_preds_in_order(evals):
+    single,ranks = evals
+    for key in ('regression_preds', 'classification_preds'):
+        for r in ranks:
+            for name,t in r[key].items():
+                assert t.shape == single[key][name].shape, (key, name)
+                assert (t.float() - single[key][name].float()).abs().max() <= 1e-6, (key, name)
+
+def test_lr_find(evals):
+    _,(r0,r1) = evals
+    assert r0['lr_find']['valley'] == r1['lr_find']['valley']
+    for r in (r0, r1): assert r['lr_find']['restored'] and r['lr_find']['opt_restored']
+
+def test_early_stopping_same_epoch(evals):
+    single,(r0,r1) = evals
+    assert r0['early_stop'] == r1['early_stop'] == single['early_stop']
+    assert r0['early_stop']['epochs'] == 3 # stopped after 2 epochs without improvement
+
+def test_activation_stats_global_batch(evals):
+    single,(r0,r1) = evals
+    assert len(r0['act_stats']) == len(single['act_stats']) == 8
+    for a,b,c in zip(single['act_stats'], r0['act_stats'], r1['act_stats']):
+        for x,y,z in zip(a, b, c):
+            for k in ('mean', 'std', 'near_zero'): assert abs(x[k] - y[k]) < 1e-5 and y[k] == z[k]
+            assert torch.equal(x['hist'], y['hist'])
