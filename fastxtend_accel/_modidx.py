@@ -139,5 +139,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'fastxtend_accel.core._has_accelerator_hardware': ( 'core.html#_has_accelerator_hardware',
                                                                                           'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core._make_accelerator': ('core.html#_make_accelerator', 'fastxtend_accel/core.py'),
+                                      'fastxtend_accel.core._plain_sampler': ('core.html#_plain_sampler', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core.synth_learner_digits': ( 'core.html#synth_learner_digits',
                                                                                      'fastxtend_accel/core.py')}}}

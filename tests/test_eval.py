@@ -15,6 +15,7 @@ def test_validation_metrics_exact(evals):
     single,ranks = evals
     for r in ranks:
         assert r['regression'] == pytest.approx(single['regression'], abs=1e-6)
+        assert r['regression_torch_dl'] == pytest.approx(single['regression'], abs=1e-6)
         assert r['classification'] == pytest.approx(single['classification'], abs=1e-6)
 
 def test_get_preds_in_order(evals):

@@ -26,6 +26,14 @@ res['regression'] = [float(v) for v in learn.validate()]
 preds,targs,losses = learn.get_preds(with_loss=True)
 res['regression_preds'] = dict(preds=preds, targs=targs, losses=losses)
 
+# the same with plain torch DataLoaders
+from torch.utils.data import DataLoader as TorchDL
+tdls = DataLoaders(*[TorchDL(ds, batch_size=64, shuffle=i == 0, collate_fn=lambda b: tuple(torch.stack(o) for o in zip(*b)))
+                     for i,ds in enumerate(learn.dls.loaders[i].dataset for i in range(2))])
+learn = regression_learner().accelerate()
+learn.dls = tdls
+res['regression_torch_dl'] = [float(v) for v in learn.validate()]
+
 # accuracy, and get_preds with inputs, losses and decoded outputs, on 203 digits
 learn = synth_learner_digits(n=1015, bs=64).accelerate()
 res['classification'] = [float(v) for v in learn.validate()]
