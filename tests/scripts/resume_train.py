@@ -1,0 +1,35 @@
+"A 3-epoch one-cycle fit with dropout and shuffling that checkpoints every 3 steps and resumes from OUT/ckpt if it can."
+import argparse, time, torch
+from pathlib import Path
+from fastai.basics import *
+from fastai.callback.all import *
+from fastxtend_accel.core import *
+import fastxtend_accel.checkpoint as checkpoint
+from fastxtend_accel.checkpoint import CheckpointCallback
+
+p = argparse.ArgumentParser()
+p.add_argument('out')
+p.add_argument('--sleep', type=float, default=0., help='seconds to wait after each batch, to leave time for a kill')
+p.add_argument('--mixed-precision', default='no')
+p.add_argument('--accumulate', type=int, default=1)
+p.add_argument('--slow-save', action='store_true', help='wait 30 s inside the first checkpoint write after epoch 0')
+args = p.parse_args()
+out = Path(args.out)
+
+if args.slow_save:
+    save = checkpoint._atomic_save
+    def slow(obj, fn):
+        if fn.name == 'state.pt' and '-e0001-' in str(fn.parent): time.sleep(30)
+        save(obj, fn)
+    checkpoint._atomic_save = slow
+
+class Sleep(Callback):
+    def after_batch(self): time.sleep(args.sleep)
+
+set_seed(0)
+learn = synth_learner_digits(n=768, bs=16)
+learn.model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 10))
+learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate)
+learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Sleep()])
+torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values),
+           out/f'final-rank{learn.accelerator.process_index}.pt')

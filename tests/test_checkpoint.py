@@ -1,0 +1,92 @@
+"Exact resume after kills and preemption, on real processes (tests/scripts/resume_train.py)."
+import os, signal, subprocess, sys, time
+import pytest, torch
+from pathlib import Path
+from conftest import SCRIPTS, REPO, torchrun, run
+from fastxtend_accel.core import synth_learner_digits
+from fastxtend_accel.checkpoint import latest_checkpoint
+
+SCRIPT = SCRIPTS/'resume_train.py'
+
+def start(cmd): return subprocess.Popen([str(c) for c in cmd], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        env={**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONWARNINGS': 'ignore'}, start_new_session=True)
+
+def wait_for(cond, proc, timeout=180):
+    end = time.time() + timeout
+    while not cond():
+        if proc.poll() is not None: pytest.fail(f'training ended before the kill:\n{proc.stdout.read().decode()[-3000:]}')
+        if time.time() > end: proc.kill(); pytest.fail('timed out waiting')
+        time.sleep(0.1)
+
+def mid_epoch(d, epoch=1):
+    ck = latest_checkpoint(d/'ckpt')
+    return ck is not None and int(ck.name[6:10]) >= epoch and not ck.name.startswith('ckpt-e0003')
+
+def finals(d, n=1): return [torch.load(d/f'final-rank{r}.pt', weights_only=False) for r in range(n)]
+
+@pytest.fixture(scope='module')
+def reference(tmp_path_factory):
+    d = tmp_path_factory.mktemp('ref')
+    run([sys.executable, SCRIPT, d])
+    return finals(d)[0]
+
+def test_sigkill_mid_epoch_resumes_exactly(tmp_path, reference):
+    proc = start([sys.executable, SCRIPT, tmp_path, '--sleep', '0.03'])
+    wait_for(lambda: mid_epoch(tmp_path), proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path/'final-rank0.pt').exists()
+    killed_at = latest_checkpoint(tmp_path/'ckpt').name
+    assert '-b000000-' not in killed_at # a mid-epoch checkpoint
+    run([sys.executable, SCRIPT, tmp_path])
+    res = finals(tmp_path)[0]
+    for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
+    assert res['values'] == reference['values']
+
+def test_sigkill_during_checkpoint_write(tmp_path, reference):
+    proc = start([sys.executable, SCRIPT, tmp_path, '--slow-save'])
+    wait_for(lambda: any(p.name.startswith('.tmp-ckpt-e0001') for p in (tmp_path/'ckpt').glob('.tmp-*')), proc)
+    before = latest_checkpoint(tmp_path/'ckpt')
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert latest_checkpoint(tmp_path/'ckpt') == before and before.name.startswith('ckpt-e0000')
+    run([sys.executable, SCRIPT, tmp_path])
+    res = finals(tmp_path)[0]
+    for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
+    assert res['values'] == reference['values']
+
+def test_sigterm_two_processes(tmp_path_factory):
+    "2 processes in bf16 with gradient accumulation, SIGTERM to torchrun mid-epoch, then resumed"
+    ref,d = tmp_path_factory.mktemp('ref2'),tmp_path_factory.mktemp('term2')
+    opts = ['--mixed-precision', 'bf16', '--accumulate', '2']
+    run(torchrun(2) + [SCRIPT, ref, *opts])
+    proc = start(torchrun(2) + [SCRIPT, d, '--sleep', '0.03', *opts])
+    wait_for(lambda: mid_epoch(d), proc)
+    os.kill(proc.pid, signal.SIGTERM) # to the launcher, which passes it on to both processes
+    out = proc.communicate(timeout=120)[0].decode()
+    assert not (d/'final-rank0.pt').exists(), out[-2000:]
+    ck = latest_checkpoint(d/'ckpt')
+    assert sorted(p.name for p in ck.iterdir()) == ['rng-0.pt', 'rng-1.pt', 'state.pt']
+    run(torchrun(2) + [SCRIPT, d, *opts])
+    for res,exp in zip(finals(d, 2), finals(ref, 2)):
+        for a,b in zip(res['params'], exp['params']): assert (a - b).abs().max() <= 1e-6
+    # a checkpoint of 2 processes refuses to load into 1, saying why
+    learn = synth_learner_digits(n=768, bs=16)
+    learn.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(64, 10))
+    with pytest.raises(ValueError, match=r'written by 2 process\(es\), this run has 1'): learn.load_state(latest_checkpoint(d/'ckpt'))
+
+def test_bad_checkpoints_change_nothing(tmp_path):
+    learn = synth_learner_digits(n=256)
+    learn.fit(1)
+    ck = learn.save_state(tmp_path/'ck')
+    w = [p.clone() for p in learn.model.parameters()]
+    files = {p.name: p.read_bytes() for p in ck.iterdir()}
+    other = synth_learner_digits(n=256, hidden=32)
+    with pytest.raises(ValueError, match=r"another model.*0.weight: \[64, 64\] in checkpoint, \[32, 64\] here"): other.load_state(ck)
+    (ck/'state.pt').write_bytes(files['state.pt'][:len(files['state.pt'])//2])
+    with pytest.raises(ValueError, match='truncated or corrupt'): learn.load_state(ck)
+    (ck/'rng-0.pt').unlink()
+    (ck/'state.pt').write_bytes(files['state.pt'])
+    with pytest.raises(ValueError, match='missing: the checkpoint is incomplete'): learn.load_state(ck)
+    for a,b in zip(w, learn.model.parameters()): assert torch.equal(a, b)
+    assert {p.name: p.read_bytes() for p in ck.iterdir()} == {'state.pt': files['state.pt']}
