@@ -1,2 +1,4 @@
 "Everything in fastxtend_accel: `from fastxtend_accel.all import *`"
 from .core import *
+from .compiler import *
+from .checkpoint import *

@@ -117,7 +117,7 @@ def test_demo_reaches_90_percent():
     assert acc >= 0.9, res.stdout[-2000:]
 
 def test_stock_fastai_unchanged(tmp_path):
-    "Without `.accelerate()` a fit gives exactly stock fastai's values, even after importing (and reloading) the library"
+    "Without `.accelerate()`/`.compile()` a fit gives exactly stock fastai's values, with every module imported (and core reloaded)"
     code = """
 import sys, torch
 from fastai.basics import *
@@ -125,6 +125,7 @@ from fastai.callback.all import *
 from sklearn.datasets import load_digits
 if sys.argv[1] == 'patched':
     import importlib, fastxtend_accel.core as core
+    from fastxtend_accel.all import *
     importlib.reload(core)
     assert Learner._fastai__backward.__module__ == 'fastai.learner'
 x,y = load_digits(return_X_y=True)
