@@ -3,7 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-export PYTHONWARNINGS=ignore
 
 state() { { git diff; git status --porcelain --untracked-files=all; } | sha1sum; }
 before=$(state)
