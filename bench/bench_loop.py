@@ -21,26 +21,21 @@ def mlp(hidden):
 
 def adamw(model): return torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-def torch_loop(model, dl):
-    opt = adamw(model)
+def step_loop(model, opt, dl, backward):
+    "One epoch of the hand-written training step, with `backward` called on the loss"
     def run():
         for xb,yb in dl:
-            loss = F.cross_entropy(model(xb), yb)
-            loss.backward()
+            backward(F.cross_entropy(model(xb), yb))
             opt.step()
             opt.zero_grad()
     return run
 
+def torch_loop(model, dl): return step_loop(model, adamw(model), dl, torch.Tensor.backward)
+
 def accelerate_loop(model, dl):
     acc = Accelerator()
     model,opt,dl = acc.prepare(model, adamw(model), dl)
-    def run():
-        for xb,yb in dl:
-            loss = F.cross_entropy(model(xb), yb)
-            acc.backward(loss)
-            opt.step()
-            opt.zero_grad()
-    return run
+    return step_loop(model, opt, dl, acc.backward)
 
 class TrainTimer(Callback):
     "Time the training phase of a fit, leaving set-up and validation out"
@@ -62,14 +57,7 @@ def fabric_loop(model, dl):
     from lightning.fabric import Fabric
     fabric = Fabric(accelerator='cpu', devices=1)
     model,opt = fabric.setup(model, adamw(model))
-    dl = fabric.setup_dataloaders(dl)
-    def run():
-        for xb,yb in dl:
-            loss = F.cross_entropy(model(xb), yb)
-            fabric.backward(loss)
-            opt.step()
-            opt.zero_grad()
-    return run
+    return step_loop(model, opt, fabric.setup_dataloaders(dl), fabric.backward)
 
 def iterate(dl):
     def run():

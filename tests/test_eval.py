@@ -43,3 +43,22 @@ def test_activation_stats_global_batch(evals):
         for x,y,z in zip(a, b, c):
             for k in ('mean', 'std', 'near_zero'): assert abs(x[k] - y[k]) < 1e-5 and y[k] == z[k]
             assert torch.equal(x['hist'], y['hist'])
+
+def test_activation_stats_on_compiled_model():
+    "ActivationStats sees the same activations when the model is compiled"
+    from fastai.callback.hook import ActivationStats
+    from fastai.torch_core import set_seed
+    from fastxtend_accel.core import synth_learner_digits
+    from fastxtend_accel.compiler import is_compiled
+    stats = []
+    for compiled in (False, True):
+        set_seed(0)
+        learn = synth_learner_digits(n=512, bs=32, cbs=ActivationStats())
+        learn.dls.train.shuffle = False
+        if compiled: learn.compile(backend='aot_eager')
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3)
+        assert is_compiled(learn.model) == compiled
+        stats.append(learn.activation_stats.stats)
+    assert len(stats[0]) == len(stats[1]) == 12
+    for x,y in zip(*stats):
+        for a,b in zip(x, y): assert abs(a['mean'] - b['mean']) < 1e-6 and abs(a['std'] - b['std']) < 1e-6
