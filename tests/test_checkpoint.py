@@ -4,7 +4,7 @@ import pytest, torch
 from pathlib import Path
 from conftest import SCRIPTS, REPO, torchrun, run
 from fastxtend_accel.core import synth_learner_digits
-from fastxtend_accel.checkpoint import latest_checkpoint
+from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 
 SCRIPT = SCRIPTS/'resume_train.py'
 
@@ -95,7 +95,6 @@ def test_resume_compiled(tmp_path):
     "A compiled learner resumes mid-epoch exactly too"
     from fastai.basics import Callback, CancelFitException, set_seed
     from fastai.callback.schedule import fit_one_cycle
-    from fastxtend_accel.checkpoint import CheckpointCallback
     import fastxtend_accel.compiler
     class Crash(Callback):
         order = 99
@@ -112,3 +111,72 @@ def test_resume_compiled(tmp_path):
     res = fit([CheckpointCallback(tmp_path, every_steps=3, resume=True)])
     for a,b in zip(ref.model.parameters(), res.model.parameters()): assert torch.equal(a, b)
     assert res.recorder.values == ref.recorder.values
+
+def _learner():
+    from fastai.basics import set_seed
+    set_seed(0)
+    learn = synth_learner_digits(n=512, bs=32)
+    learn.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(64, 10))
+    return learn
+
+def _crash_at(epoch, it, fit=1):
+    from fastai.basics import Callback, CancelFitException
+    class Crash(Callback):
+        order,fits = 99,0
+        def before_fit(self): self.fits += 1
+        def after_batch(self):
+            if self.fits == fit and self.training and self.epoch == epoch and self.iter == it: raise CancelFitException()
+    return Crash()
+
+def _same(a, b):
+    assert all(torch.equal(x, y) for x,y in zip(a.model.parameters(), b.model.parameters()))
+    assert a.recorder.values == b.recorder.values
+
+def test_resume_twice_with_trackers(tmp_path):
+    "Killed twice (the second time after resuming), with SaveModelCallback: still exact, and skipped epochs leave no trace"
+    from fastai.callback.tracker import SaveModelCallback
+    from fastai.callback.schedule import fit_one_cycle
+    def fit(*cbs):
+        learn = _learner()
+        learn.path = tmp_path
+        with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(4, 1e-2, cbs=[SaveModelCallback(), *cbs])
+        return learn
+    ref = fit()
+    fit(CheckpointCallback(tmp_path/'ck', every_steps=5), _crash_at(2, 3))
+    first = latest_checkpoint(tmp_path/'ck')
+    fit(CheckpointCallback(tmp_path/'ck', every_steps=5, resume=True), _crash_at(2, 9))
+    assert first.exists() and latest_checkpoint(tmp_path/'ck').name == 'ckpt-e0002-b000006-f000'
+    _same(fit(CheckpointCallback(tmp_path/'ck', every_steps=5, resume=True)), ref)
+
+def test_resume_at_fit_boundary(tmp_path):
+    "A checkpoint at the end of a fit: the next fit starts with the random states it had"
+    def run(*cbs):
+        learn = _learner()
+        with learn.no_bar(), learn.no_logging():
+            learn.fit(1, 1e-2, cbs=list(cbs))
+            learn.fit(2, 1e-2, cbs=list(cbs))
+        return learn
+    ref = run()
+    cb = CheckpointCallback(tmp_path, every_epochs=1)
+    run(cb, _crash_at(0, 3, fit=2))
+    assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000000-f000'
+    _same(run(CheckpointCallback(tmp_path, every_epochs=1, resume=True)), ref)
+
+def test_evaluation_is_not_a_fit(tmp_path):
+    import signal
+    from fastai.callback.schedule import lr_find
+    learn = synth_learner_digits(n=256, cbs=CheckpointCallback(tmp_path, every_epochs=1))
+    handler = signal.getsignal(signal.SIGINT)
+    learn.validate(); learn.get_preds()
+    with learn.no_logging(): learn.lr_find(show_plot=False, num_it=6)
+    assert not list(tmp_path.glob('ckpt-*')) and signal.getsignal(signal.SIGINT) is handler
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    assert [p.name for p in tmp_path.glob('ckpt-*')] == ['ckpt-e0001-b000000-f000']
+
+def test_torch_dataloader_refused_mid_epoch():
+    from torch.utils.data import DataLoader as TorchDL
+    from fastai.data.core import DataLoaders
+    learn = synth_learner_digits(n=256)
+    learn.dls = DataLoaders(TorchDL(learn.dls.train.dataset, batch_size=32), TorchDL(learn.dls.valid.dataset, batch_size=32))
+    with pytest.raises(ValueError, match='needs a fastai `DataLoader`.*torch.utils.data.dataloader.DataLoader'):
+        learn.fit(1, cbs=CheckpointCallback(every_steps=2))

@@ -156,3 +156,29 @@ def test_bad_input():
     learn.accelerate(mixed_precision='bf16')
     with pytest.raises(ValueError, match=r'learn\.remove_cb\(MixedPrecision\)'): learn.fit(1)
     with pytest.raises(ValueError, match='needs CUDA'): learn.accelerate(sync_bn=True)
+
+def test_validate_inside_accelerated_fit():
+    "A callback that validates inside a fit: the fit goes on prepared, and the learner is restored afterwards"
+    from fastai.callback.core import Callback
+    class ValidateEachEpoch(Callback):
+        order,busy = 90,False
+        def after_epoch(self):
+            if self.busy: return # the nested validate's own after_epoch
+            self.busy = True
+            self.res = self.learn.validate()
+            self.busy = False
+    learn = synth_learner_digits(n=256).accelerate()
+    v = ValidateEachEpoch()
+    with learn.no_bar(): learn.fit(2, 1e-2, cbs=v)
+    assert v.res[0] == pytest.approx(learn.recorder.values[-1][1])
+    assert learn.logger is print and learn.accelerator.old_loaders is None and learn.accelerator.depth == 0
+
+def test_failed_fit_restores_learner():
+    from fastai.callback.core import Callback
+    class Boom(Callback):
+        def after_batch(self): raise RuntimeError('boom')
+    learn = synth_learner_digits(n=256).accelerate()
+    loaders = list(learn.dls.loaders)
+    with pytest.raises(RuntimeError, match='boom'): learn.fit(1, cbs=Boom())
+    assert learn.dls.loaders == loaders and learn.accelerator.old_loaders is None and learn.accelerator.depth == 0
+    learn.fit(1) # and trains again

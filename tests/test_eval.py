@@ -20,9 +20,12 @@ def test_validation_metrics_exact(evals):
 
 def test_get_preds_in_order(evals):
     single,ranks = evals
-    for key in ('regression_preds', 'classification_preds'):
+    for r in ranks:
+        assert r['odd_tail']['values'] == pytest.approx(single['odd_tail']['values'], abs=1e-6)
+    for key in ('regression_preds', 'classification_preds', 'odd_tail'):
         for r in ranks:
             for name,t in r[key].items():
+                if name == 'values': continue
                 assert t.shape == single[key][name].shape, (key, name)
                 assert (t.float() - single[key][name].float()).abs().max() <= 1e-6, (key, name)
 

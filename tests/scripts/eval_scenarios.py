@@ -26,6 +26,11 @@ res['regression'] = [float(v) for v in learn.validate()]
 preds,targs,losses = learn.get_preds(with_loss=True)
 res['regression_preds'] = dict(preds=preds, targs=targs, losses=losses)
 
+# 129 items: on 2 processes the last batch leaves process 1 without a real item
+learn = regression_learner(n_valid=129).accelerate()
+preds,targs,losses = learn.get_preds(with_loss=True)
+res['odd_tail'] = dict(values=[float(v) for v in learn.validate()], preds=preds, losses=losses)
+
 # the same with plain torch DataLoaders
 from torch.utils.data import DataLoader as TorchDL
 tdls = DataLoaders(*[TorchDL(ds, batch_size=64, shuffle=i == 0, collate_fn=lambda b: tuple(torch.stack(o) for o in zip(*b)))
