@@ -170,7 +170,7 @@ def test_validate_inside_accelerated_fit():
     learn = synth_learner_digits(n=256).accelerate()
     v = ValidateEachEpoch()
     with learn.no_bar(): learn.fit(2, 1e-2, cbs=v)
-    assert list(v.res) == pytest.approx(list(learn.validate())) # validated with the final weights
+    assert list(v.res) == pytest.approx(list(learn.validate()), rel=1e-4) # validated with the final weights
     assert learn.logger is print and learn.accelerator.old_loaders is None and learn.accelerator.depth == 0
 
 def test_failed_fit_restores_learner():

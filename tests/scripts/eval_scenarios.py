@@ -33,9 +33,9 @@ res['odd_tail'] = dict(values=[float(v) for v in learn.validate()], preds=preds,
 
 # the same with plain torch DataLoaders
 from torch.utils.data import DataLoader as TorchDL
-tdls = DataLoaders(*[TorchDL(ds, batch_size=64, shuffle=i == 0, collate_fn=lambda b: tuple(torch.stack(o) for o in zip(*b)))
-                     for i,ds in enumerate(learn.dls.loaders[i].dataset for i in range(2))])
 learn = regression_learner().accelerate()
+tdls = DataLoaders(*[TorchDL(dl.dataset, batch_size=64, shuffle=i == 0, collate_fn=lambda b: tuple(torch.stack(o) for o in zip(*b)))
+                     for i,dl in enumerate(learn.dls.loaders)])
 learn.dls = tdls
 res['regression_torch_dl'] = [float(v) for v in learn.validate()]
 
