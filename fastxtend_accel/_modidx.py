@@ -197,6 +197,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'fastxtend_accel.core._fastai': ('core.html#_fastai', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core._has_accelerator_hardware': ( 'core.html#_has_accelerator_hardware',
                                                                                           'fastxtend_accel/core.py'),
+                                      'fastxtend_accel.core._kept': ('core.html#_kept', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core._main_only': ('core.html#_main_only', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core._make_accelerator': ('core.html#_make_accelerator', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core._plain_sampler': ('core.html#_plain_sampler', 'fastxtend_accel/core.py'),
