@@ -180,3 +180,15 @@ def test_torch_dataloader_refused_mid_epoch():
     learn.dls = DataLoaders(TorchDL(learn.dls.train.dataset, batch_size=32), TorchDL(learn.dls.valid.dataset, batch_size=32))
     with pytest.raises(ValueError, match='needs a fastai `DataLoader`.*torch.utils.data.dataloader.DataLoader'):
         learn.fit(1, cbs=CheckpointCallback(every_steps=2))
+
+def test_resume_after_last_batch_with_workers(tmp_path):
+    "A checkpoint after an epoch's last batch (before validation), with worker processes loading the data"
+    def fit(*cbs):
+        learn = _learner()
+        assert learn.dls.train.num_workers > 0
+        with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(3, 1e-2, cbs=list(cbs))
+        return learn
+    ref = fit()
+    fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None), _crash_at(1, 11))
+    assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000012-f000'
+    _same(fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None, resume=True)), ref)
