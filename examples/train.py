@@ -8,12 +8,12 @@ import argparse
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
-from sklearn.datasets import load_digits
+from fastxtend_accel.test_utils import digits_tensors
 
 def digits_dls(bs):
     "fastai `DataLoaders` over the 1797 8x8 digit images, 20% held out"
-    x,y = load_digits(return_X_y=True)
-    x,y = torch.tensor(x, dtype=torch.float32).view(-1, 1, 8, 8)/16, torch.tensor(y)
+    x,y = digits_tensors()
+    x = x.view(-1, 1, 8, 8)
     splits = RandomSplitter(0.2, seed=42)(range_of(x))
     dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=splits)
     return dsets.dataloaders(bs=bs, num_workers=0, device='cpu')

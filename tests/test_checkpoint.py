@@ -3,7 +3,7 @@ import os, signal, subprocess, sys, time
 import pytest, torch
 from pathlib import Path
 from conftest import SCRIPTS, REPO, torchrun, run
-from fastxtend_accel.core import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 
 SCRIPT = SCRIPTS/'resume_train.py'

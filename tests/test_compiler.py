@@ -9,7 +9,8 @@ from torch import nn
 from torch._dynamo.utils import counters
 from fastai.basics import Learner, Callback, params, set_seed
 from accelerate.state import AcceleratorState
-from fastxtend_accel.core import synth_learner_digits, AcceleratorCallback
+from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.core import AcceleratorCallback
 import fastxtend_accel.compiler as compiler
 from fastxtend_accel.compiler import *
 

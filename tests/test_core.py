@@ -3,7 +3,7 @@ import importlib, subprocess, sys
 import pytest, torch
 from torch import nn
 from fastai.learner import load_learner
-from fastxtend_accel.core import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits
 from conftest import SCRIPTS, REPO, torchrun, accelerate_launch, run
 
 def _load(d, n): return [torch.load(d/f'rank{r}.pt', weights_only=False) for r in range(n)]
@@ -182,3 +182,16 @@ def test_failed_fit_restores_learner():
     with pytest.raises(RuntimeError, match='boom'): learn.fit(1, cbs=Boom())
     assert learn.dls.loaders == loaders and learn.accelerator.old_loaders is None and learn.accelerator.depth == 0
     learn.fit(1) # and trains again
+
+def test_main_process_only_work(scenarios):
+    "predict, get_preds, validate, export and a callback's own batch on rank 0 alone, during and after a 2-process fit"
+    single,(r0,r1),d = scenarios
+    assert 'rank0' not in r1
+    a,b = r0['rank0'],single['rank0']
+    assert _maxdiff(a['params'], b['params']) < 1e-5
+    assert (a['shapes'], b['shapes']) == ([(16, 10)]*2, [(32, 10)]*2) # one valid batch of the per-process size, each epoch
+    assert a['preds'].shape == b['preds'].shape and (a['preds'] - b['preds']).abs().max() < 1e-5
+    assert torch.equal(a['targs'], b['targs']) and a['targ_type'] == 'TensorCategory'
+    assert a['predict'][0] == b['predict'][0] and (a['predict'][1] - b['predict'][1]).abs().max() < 1e-5
+    assert a['valid'] == pytest.approx(b['valid'], abs=1e-5)
+    assert (d/'datablock.pkl').exists()

@@ -51,7 +51,7 @@ def test_activation_stats_on_compiled_model():
     "ActivationStats sees the same activations when the model is compiled"
     from fastai.callback.hook import ActivationStats
     from fastai.torch_core import set_seed
-    from fastxtend_accel.core import synth_learner_digits
+    from fastxtend_accel.test_utils import synth_learner_digits
     from fastxtend_accel.compiler import is_compiled
     stats = []
     for compiled in (False, True):

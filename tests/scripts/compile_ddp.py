@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 from torch._dynamo.utils import counters
 from fastai.basics import *
-from fastxtend_accel.core import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits
 from fastxtend_accel.compiler import *
 
 def train(compile_first:bool, mixed_precision:str='bf16'):

@@ -5,6 +5,7 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
+from fastxtend_accel.test_utils import datablock_learner
 
 out = Path(sys.argv[1])
 world = int(os.environ.get('WORLD_SIZE', 1))
@@ -112,14 +113,32 @@ rank = learn.accelerator.process_index
 res['collectives'] = dict(
     gather=learn.gather(torch.tensor([rank, rank])).tolist(),
     all_gather=learn.all_gather(torch.tensor([float(rank)])).tolist(),
-    reduce_mean=learn.reduce(torch.tensor(float(rank))).item(),
+    reduce_mean=learn.reduce(torch.tensor(float(rank)), 'mean').item(),
     reduce_max=learn.reduce(torch.tensor(float(rank)), 'max').item(),
-    broadcast=learn.broadcast({'from': rank}, src=1),
-    broadcast_t=learn.broadcast(torch.tensor([rank*10.]), src=1).tolist(),
+    broadcast=learn.broadcast({'from': rank}, from_process=1),
+    broadcast_t=learn.broadcast(torch.tensor([rank*10.]), from_process=1).tolist(),
     is_main=learn.is_main_process, rank=rank, world=learn.accelerator.num_processes)
 learn.barrier()
 x = torch.tensor([1., 2.], requires_grad=True)
 learn.all_gather(x*(rank+1), sync_grads=True).sum().backward()
 res['collectives']['grad'] = x.grad.tolist()
+
+# 8. work on the main process only, during and after a fit, on a DataBlock learner (TensorCategory targets)
+class LogPreds(Callback):
+    "What fastai's `TensorBoardCallback(log_preds=True)` does on the main process: a batch of its own after each epoch"
+    order,shapes = Recorder.order+1,[]
+    def after_epoch(self):
+        if self.learn.is_main_process: self.learn.one_batch(0, self.dls.valid.one_batch()); self.shapes.append(tuple(self.learn.pred.shape))
+learn = datablock_learner(n=256, bs=bs).accelerate()
+log = LogPreds()
+learn.fit(2, 1e-2, cbs=log)
+if learn.is_main_process:
+    preds,targs = learn.get_preds()
+    dec,_,probs = learn.predict(7)
+    loss,acc = learn.validate()
+    learn.export(out/'datablock.pkl')
+    res['rank0'] = dict(preds=preds, targs=targs, predict=(int(dec), probs), valid=(loss, acc), shapes=log.shapes,
+                        params=params(learn), targ_type=type(targs).__name__)
+learn.wait_for_everyone()
 
 torch.save(res, out/f'rank{rank}.pt')

@@ -5,9 +5,14 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
+from fastxtend_accel.test_utils import *
 from copy import deepcopy
 
 out = Path(sys.argv[1])
+
+def shared(learn, f, *args, **kwargs):
+    "`f` run with the evaluation shared between the processes (outside a fit each would evaluate alone)"
+    with learn.distributed_eval(): return f(*args, **kwargs)
 
 def regression_learner(n_valid=203, bs=64, **kwargs):
     g = torch.Generator().manual_seed(0)
@@ -22,14 +27,14 @@ def regression_learner(n_valid=203, bs=64, **kwargs):
 res = {}
 # valid loss, an AvgMetric (mae) and an AccumMetric (rmse) on 203 items
 learn = regression_learner().accelerate()
-res['regression'] = [float(v) for v in learn.validate()]
-preds,targs,losses = learn.get_preds(with_loss=True)
+res['regression'] = [float(v) for v in shared(learn, learn.validate)]
+preds,targs,losses = shared(learn, learn.get_preds, with_loss=True)
 res['regression_preds'] = dict(preds=preds, targs=targs, losses=losses)
 
 # 129 items: on 2 processes the last batch leaves process 1 without a real item
 learn = regression_learner(n_valid=129).accelerate()
-preds,targs,losses = learn.get_preds(with_loss=True)
-res['odd_tail'] = dict(values=[float(v) for v in learn.validate()], preds=preds, losses=losses)
+preds,targs,losses = shared(learn, learn.get_preds, with_loss=True)
+res['odd_tail'] = dict(values=[float(v) for v in shared(learn, learn.validate)], preds=preds, losses=losses)
 
 # the same with plain torch DataLoaders
 from torch.utils.data import DataLoader as TorchDL
@@ -37,12 +42,12 @@ learn = regression_learner().accelerate()
 tdls = DataLoaders(*[TorchDL(dl.dataset, batch_size=64, shuffle=i == 0, collate_fn=lambda b: tuple(torch.stack(o) for o in zip(*b)))
                      for i,dl in enumerate(learn.dls.loaders)])
 learn.dls = tdls
-res['regression_torch_dl'] = [float(v) for v in learn.validate()]
+res['regression_torch_dl'] = [float(v) for v in shared(learn, learn.validate)]
 
 # accuracy, and get_preds with inputs, losses and decoded outputs, on 203 digits
 learn = synth_learner_digits(n=1015, bs=64).accelerate()
-res['classification'] = [float(v) for v in learn.validate()]
-inp,preds,targs,dec,losses = learn.get_preds(with_input=True, with_loss=True, with_decoded=True, act=partial(F.softmax, dim=-1))
+res['classification'] = [float(v) for v in shared(learn, learn.validate)]
+inp,preds,targs,dec,losses = shared(learn, learn.get_preds, with_input=True, with_loss=True, with_decoded=True, act=partial(F.softmax, dim=-1))
 res['classification_preds'] = dict(inp=inp, preds=preds, targs=targs, dec=dec, losses=losses)
 
 # lr_find: same suggestion everywhere, weights and optimizer state as before

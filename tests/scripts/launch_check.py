@@ -3,6 +3,7 @@ import sys, torch
 from pathlib import Path
 from fastai.basics import *
 from fastxtend_accel.core import *
+from fastxtend_accel.test_utils import *
 
 def main(out):
     learn = synth_learner_digits(n=256, bs=32).accelerate()

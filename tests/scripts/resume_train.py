@@ -4,7 +4,8 @@ from pathlib import Path
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
-import fastxtend_accel.checkpoint as checkpoint
+from fastxtend_accel.test_utils import *
+import fastxtend_accel.state as state
 from fastxtend_accel.checkpoint import CheckpointCallback
 
 p = argparse.ArgumentParser()
@@ -17,11 +18,11 @@ args = p.parse_args()
 out = Path(args.out)
 
 if args.slow_save:
-    save = checkpoint._atomic_save
+    save = state._atomic_save
     def slow(obj, fn):
         if fn.name == 'state.pt' and '-e0001-' in str(fn.parent): time.sleep(30)
         save(obj, fn)
-    checkpoint._atomic_save = slow
+    state._atomic_save = slow
 
 class Sleep(Callback):
     def after_batch(self): time.sleep(args.sleep)

@@ -1,0 +1,130 @@
+"Every fastai function and method the library replaces accepts every call fastai's own accepts, with the same meaning"
+import inspect, json, os, re, subprocess, sys
+from pathlib import Path
+import pytest
+import fastai
+
+_STOCK = 'FASTXTEND_SIGNATURES_STOCK' # set in the process that reads fastai's own signatures
+if not os.environ.get(_STOCK): import fastxtend_accel.all
+
+FASTAI = str(Path(fastai.__file__).parent)
+
+def _default(v):
+    if v is inspect.Parameter.empty: return None
+    if inspect.ismodule(v): return f'module {v.__name__}'
+    if hasattr(v, '__qualname__'): return f'{getattr(v, "__module__", "")}.{v.__qualname__}'
+    return re.sub(r' at 0x[0-9a-f]+', '', repr(v)) # sentinels like `object()` differ only by address
+
+def _params(f):
+    "`f`'s parameters as `[name, kind, default]`, comparable across processes"
+    return [[p.name, p.kind.name, _default(p.default)] for p in inspect.signature(f).parameters.values()]
+
+def _where(f): return f'{f.__code__.co_filename}:{f.__code__.co_firstlineno}'
+
+def _functions(mods):
+    "The functions defined in modules `mods` and the methods of their classes, by `module:qualname`"
+    res = {}
+    for m in mods:
+        for n,o in list(vars(sys.modules[m]).items()):
+            if getattr(o, '__module__', None) != m: continue
+            if inspect.isclass(o):
+                for k,f in vars(o).items():
+                    f = getattr(f, '__func__', f) # classmethods, staticmethods
+                    if inspect.isfunction(f): res[f'{m}:{o.__qualname__}.{k}'] = f
+            elif inspect.isfunction(o): res[f'{m}:{n}'] = o
+    return res
+
+def _stock(mods):
+    "The signatures of `_functions(mods)` in a process that imports fastai's modules `mods`, and never fastxtend_accel"
+    code = (f"import importlib, json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_signatures as t\n"
+            f"mods = {mods!r}\n"
+            "for m in mods: importlib.import_module(m)\n"
+            "assert not any(m.startswith('fastxtend_accel') for m in sys.modules)\n"
+            "print(json.dumps({k: (t._where(f), t._params(f)) for k,f in t._functions(mods).items()}))")
+    env = {**os.environ, _STOCK: '1'}
+    res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.splitlines()[-1])
+
+def _current(key):
+    "The function now at `key`, or None"
+    m,q = key.split(':')
+    o = sys.modules[m]
+    for a in q.split('.'): o = vars(o).get(a) if inspect.isclass(o) else getattr(o, a, None)
+    o = getattr(o, '__func__', o)
+    return o if inspect.isfunction(o) else None
+
+def problems(stock, new):
+    "The calls `stock` accepts that `new` refuses or reads differently; `[]` if none"
+    res,names = [],{q[0]: q for q in new}
+    pos = [p for p in stock if p[1] in ('POSITIONAL_ONLY', 'POSITIONAL_OR_KEYWORD')]
+    for i,p in enumerate(pos):
+        q = new[i] if i < len(new) else None
+        if q != p: res.append(f"positional parameter {i} is {p} in fastai, {q} here")
+    kinds = {q[1] for q in new}
+    for p in stock:
+        if p[1] == 'KEYWORD_ONLY':
+            if p[0] in names and names[p[0]][2] != p[2]: res.append(f"keyword {p[0]!r} defaults to {names[p[0]][2]}, {p[2]} in fastai")
+            elif p[0] not in names and 'VAR_KEYWORD' not in kinds: res.append(f"keyword {p[0]!r} refused")
+        if p[1] in ('VAR_POSITIONAL', 'VAR_KEYWORD') and p[1] not in kinds: res.append(f"fastai's {p[1]} {p[0]!r} missing")
+    old = {p[0] for p in stock}
+    res += [f"new parameter {q[0]!r} is {q[1]}: new parameters must be keyword-only"
+            for q in new if q[0] not in old and q[1] in ('POSITIONAL_ONLY', 'POSITIONAL_OR_KEYWORD')]
+    return res
+
+def _kept_patches(key, stock):
+    "The library's replacements of method `key` that a later patch wraps, kept on the class as `_<tag>_<name>` (a name fastai lacks)"
+    m,q = key.split(':')
+    cls_name,_,name = q.rpartition('.')
+    cls = vars(sys.modules[m]).get(cls_name)
+    if not inspect.isclass(cls): return {}
+    return {f'{m}:{cls_name}.{a}': f for a,f in vars(cls).items() if a.startswith('_') and a.endswith('_'+name)
+            and f'{m}:{cls_name}.{a}' not in stock and inspect.isfunction(f) and 'fastxtend_accel' in f.__code__.co_filename}
+
+def _replaced():
+    "fastai's signature of each function or method the library replaces, by `module:qualname` of the replacement"
+    stock = _stock(sorted(m for m in sys.modules if m.split('.')[0] == 'fastai'))
+    res = {k: sig for k,(where,sig) in stock.items() if (f := _current(k)) is not None and _where(f) != where}
+    return {**res, **{a: stock[k][1] for k in res for a in _kept_patches(k, stock)}}
+
+_cases = [] if os.environ.get(_STOCK) else list(_replaced().items())
+
+def test_patches_found():
+    "The guard sees the patches it is meant to watch"
+    keys = {k for k,_ in _cases}
+    assert {'fastai.learner:Learner.fit', 'fastai.learner:Learner.load', 'fastai.learner:Learner.export',
+            'fastai.learner:load_learner', 'fastai.learner:Learner.fine_tune'} <= keys, sorted(keys)
+
+@pytest.mark.parametrize('key,stock', _cases, ids=[k for k,_ in _cases])
+def test_signature_kept(key, stock):
+    assert problems(stock, _params(_current(key))) == []
+
+def test_problems_found():
+    "What the guard reports for a wrong patch"
+    stock = [['self', 'POSITIONAL_OR_KEYWORD', None], ['a', 'POSITIONAL_OR_KEYWORD', '1'], ['b', 'KEYWORD_ONLY', '2']]
+    assert problems(stock, stock) == []
+    assert problems(stock, stock[:1] + [['new', 'POSITIONAL_OR_KEYWORD', '0']] + stock[1:]) == [
+        "positional parameter 1 is ['a', 'POSITIONAL_OR_KEYWORD', '1'] in fastai, ['new', 'POSITIONAL_OR_KEYWORD', '0'] here",
+        "new parameter 'new' is POSITIONAL_OR_KEYWORD: new parameters must be keyword-only"]
+    assert problems(stock, stock[:1] + [['kwargs', 'VAR_KEYWORD', None]]) == [
+        "positional parameter 1 is ['a', 'POSITIONAL_OR_KEYWORD', '1'] in fastai, ['kwargs', 'VAR_KEYWORD', None] here"]
+
+def _two_groups(m): return [list(m[0].parameters()), list(m[2].parameters())]
+
+def test_stock_positional_calls(tmp_path):
+    "The calls of issue 11, positional as fastai allows them, mean what they mean in fastai"
+    import pickle
+    import fastai.learner
+    from fastai.basics import Callback
+    from fastxtend_accel.test_utils import synth_learner_digits
+    learn = synth_learner_digits(n=128, path=tmp_path, splitter=_two_groups)
+    learn.save('m')
+    assert learn.load('m', 'cpu') is learn
+    learn.export('e.pkl', pickle) # `pickle_module`
+    assert isinstance(fastai.learner.load_learner(tmp_path/'e.pkl', True), fastai.learner.Learner) # `cpu`
+    class MaxLrs(Callback):
+        def before_fit(self): self.lrs = [0., 0.]
+        def after_batch(self): self.lrs = [max(a, h['lr']) for a,h in zip(self.lrs, self.opt.hypers)]
+    rec = MaxLrs()
+    with learn.no_bar(), learn.no_logging(): learn.fine_tune(1, 1e-2, 1, 10, cbs=rec) # `lr_mult` 4th
+    assert abs(rec.lrs[1]/rec.lrs[0] - 10) < 1e-6, rec.lrs
