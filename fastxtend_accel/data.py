@@ -40,7 +40,13 @@ class ShardedDL(DistributedDL):
             res += tail[self.rank*c:(self.rank+1)*c]
         return res
 
-# %% ../nbs/04_data.ipynb #48be40d6
+# %% ../nbs/04_data.ipynb #15268015
+@patch
+def one_batch(self:ShardedDL):
+    "The first batch of the wrapped loader, drawn by this process alone"
+    return self.dl.one_batch()
+
+# %% ../nbs/04_data.ipynb #02a31bfd
 @patch
 def before_iter(self:ShardedDL):
     super(ShardedDL, self).before_iter()
@@ -51,7 +57,7 @@ def after_batch(self:ShardedDL, b):
     self.k += 1
     return super(ShardedDL, self).after_batch(b)
 
-# %% ../nbs/04_data.ipynb #9f964f87
+# %% ../nbs/04_data.ipynb #b9a046e4
 @patch
 def _slice_len(self:ShardedDL):
     "Items per process in the current batch, padding included"
@@ -66,7 +72,7 @@ def n_real(self:ShardedDL,
     g,c = self.bs*self.world_size,self._slice_len()
     return c if self.k < self.n//g else max(0, min(c, self.n - self.n//g*g - rank*c))
 
-# %% ../nbs/04_data.ipynb #53bda6b6
+# %% ../nbs/04_data.ipynb #598ffcb7
 @patch
 def _gather_real(self:ShardedDL, t):
     if not isinstance(t, Tensor) or t.ndim == 0: return maybe_gather(t) if isinstance(t, Tensor) else t
@@ -87,7 +93,7 @@ def to_detach(self:ShardedDL,
     b = apply(self._gather_real, to_detach(b, cpu=False, gather=False))
     return to_cpu(b) if cpu else b
 
-# %% ../nbs/04_data.ipynb #5b10a5c6
+# %% ../nbs/04_data.ipynb #1f0acf4d
 def _plain_sampler(dl):
     "Whether torch `DataLoader` `dl` batches a map-style dataset in order or shuffled, with nothing custom"
     return (dl.batch_size is not None and type(dl.sampler) in (SequentialSampler, RandomSampler)

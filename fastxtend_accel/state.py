@@ -15,7 +15,7 @@ from .data import ShardedDL
 from .collectives import *
 
 # %% auto #0
-__all__ = ['checkpoint_fields']
+__all__ = ['checkpoint_fields', 'train_loader', 'set_rng_state', 'read_state_file']
 
 # %% ../nbs/02_state.ipynb #cfc09dff
 _tag = '__fastxtend_accel__' # the key marking a value `_encode` rewrote
@@ -91,26 +91,30 @@ def _decode(o):
     if kind == 'dict': return {k: _decode(v) for k,v in o['items']}
     raise TypeError(f"Unknown value of kind {kind!r} in the checkpoint: it was written by a newer fastxtend_accel")
 
-# %% ../nbs/02_state.ipynb #3b08045d
-def _train_dl(learn):
-    "The fastai `DataLoader` that shuffles the training set"
+# %% ../nbs/02_state.ipynb #ea30760e
+def train_loader(learn # A `Learner`
+                ):
+    "The fastai `DataLoader` that shuffles the training set (the one a `ShardedDL` wraps, when sharded)"
     dl = learn.dls.train
     return dl.dl if isinstance(dl, ShardedDL) else dl
 
 def _rng_state(learn):
     "This process's random states, and its training loader's"
     np_st = np.random.get_state()
-    dl = _train_dl(learn)
+    dl = train_loader(learn)
     return dict(python=random.getstate(), numpy=(np_st[0], torch.from_numpy(np_st[1].astype(np.int64)), *np_st[2:]),
                 torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 dl=dl.rng.getstate() if hasattr(dl, 'rng') else None)
 
-def _set_rng_state(learn, st):
+def set_rng_state(learn, # The `Learner` whose training loader gets its generator back
+                  st # Random states, as `_rng_state` gives them
+                 ):
+    "Restore this process's random states, and its training loader's, from `st`"
     random.setstate(st['python'])
     np.random.set_state((st['numpy'][0], st['numpy'][1].numpy().astype(np.uint32), *st['numpy'][2:]))
     torch.set_rng_state(st['torch'])
     if st['cuda']: torch.cuda.set_rng_state_all(st['cuda'])
-    if st['dl'] is not None: _train_dl(learn).rng.setstate(st['dl'])
+    if st['dl'] is not None: train_loader(learn).rng.setstate(st['dl'])
 
 # %% ../nbs/02_state.ipynb #3baab71c
 def _model_desc(model): return {k: list(v.shape) for k,v in get_model(model).state_dict().items()}
@@ -204,13 +208,14 @@ def _save_state(self:Learner, path, tmp, position):
     self.barrier()
     return path
 
-# %% ../nbs/02_state.ipynb #fb16c66c
+# %% ../nbs/02_state.ipynb #fd0e1e3a
 def _unsafe_globals(fn):
     "The globals that a weights-only load refuses in checkpoint file `fn`; None if `fn` can't be read"
     try: return torch.serialization.get_unsafe_globals_in_checkpoint(fn)
     except Exception: return None
 
-def _load(fn):
+def read_state_file(fn:Path # A file of a checkpoint folder
+                   ):
     "Checkpoint file `fn`, read weights-only, with the values `_encode` tagged rebuilt"
     if not fn.exists(): raise ValueError(f"Checkpoint file {fn} is missing: the checkpoint is incomplete")
     try: res = torch.load(fn, weights_only=True, map_location='cpu')
@@ -237,7 +242,7 @@ def _opt_state_to_params(opt):
         for k,v in st.items():
             if isinstance(v, Tensor) and v.device != p.device: st[k] = v.to(p.device)
 
-# %% ../nbs/02_state.ipynb #4d2897c5
+# %% ../nbs/02_state.ipynb #800fbe10
 @patch
 def load_state(self:Learner,
     path:str|Path, # Checkpoint folder written by `save_state`
@@ -245,13 +250,13 @@ def load_state(self:Learner,
 )->dict:
     "Restore what `save_state` wrote to `path`; returns the saved position"
     path = Path(path)
-    state = _load(path/'state.pt')
+    state = read_state_file(path/'state.pt')
     world = self.accelerator.num_processes if self.accelerator else 1
     if state['world_size'] != world:
         raise ValueError(f"Checkpoint {path} was written by {state['world_size']} process(es), this run has {world}: "
                          "resume with the same number of processes")
     _check_model(state['model_desc'], self.model, path)
-    rng = _load(path/f'rng-{self.accelerator.process_index if self.accelerator else 0}.pt')
+    rng = read_state_file(path/f'rng-{self.accelerator.process_index if self.accelerator else 0}.pt')
     if self.opt is None: self.create_opt()
     get_model(self.model).load_state_dict(state['model'])
     if state['opt'] is not None:
@@ -262,5 +267,5 @@ def load_state(self:Learner,
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])
     self._restore_recorder(state['recorder'])
     self._restore_cbs(state['cbs'])
-    if with_rng: _set_rng_state(self, rng)
+    if with_rng: set_rng_state(self, rng)
     return dict(state['position'], rng=rng, recorder=state['recorder'])
