@@ -48,7 +48,7 @@ class MatMulPrecision(str, Enum):
     high = 'high'
     medium = 'medium'
 
-# %% ../nbs/01_compiler.ipynb #61914f9f
+# %% ../nbs/01_compiler.ipynb #a1dc4233
 def _choice(enum, value, name):
     "`value` as a member of `enum`, or a ValueError naming the valid values of the `name` parameter"
     try: return enum(value)
@@ -61,18 +61,18 @@ def _check_backend(backend):
     if backend not in names: raise ValueError(f"Unknown `backend` {backend!r}: use a callable or one of {names}")
     return backend
 
-# %% ../nbs/01_compiler.ipynb #36a17f42
+# %% ../nbs/01_compiler.ipynb #f203a9c6
 def _graphs():
     "The number of graphs dynamo has captured in this process (since `counters.clear()`)"
     return counters['stats']['unique_graphs']
 
-# %% ../nbs/01_compiler.ipynb #235a5ffb
+# %% ../nbs/01_compiler.ipynb #6280099f
 def _dynamo_call():
     "A new function, with its own code object and so its own dynamo cache, running module `m` on the arguments"
     def _call(m, *args, **kwargs): return m._call_impl(*args, **kwargs)
     return types.FunctionType(_call.__code__.replace(), _call.__globals__, _call.__name__)
 
-# %% ../nbs/01_compiler.ipynb #e189b979
+# %% ../nbs/01_compiler.ipynb #735b6549
 def _blocks(model):
     "The children of every outermost `nn.ModuleList` in `model` whose children all have one class"
     if isinstance(model, nn.ModuleList) and len(model) and all(type(o) is type(model[0]) for o in model): return list(model)
@@ -101,17 +101,17 @@ def is_compiled(model:nn.Module # Any module
     return isinstance(model, OptimizedModule) or any(
         getattr(m, '_compiled_call_impl', None) is not None for m in model.modules())
 
-# %% ../nbs/01_compiler.ipynb #a5d3bedc
+# %% ../nbs/01_compiler.ipynb #1b796bea
 def _inner(model):
     "`model` without its `DistributedDataParallel`, `DataParallel` and `torch.compile` wrappers"
     while isinstance(model, (OptimizedModule, DistributedDataParallel, nn.DataParallel)):
         model = model._orig_mod if isinstance(model, OptimizedModule) else model.module
     return model
 
-# %% ../nbs/01_compiler.ipynb #76a19ca3
+# %% ../nbs/01_compiler.ipynb #393fecb7
 def _has_tf32(): return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
 
-# %% ../nbs/01_compiler.ipynb #45e53892
+# %% ../nbs/01_compiler.ipynb #cba3260c
 class CompilerCallback(Callback):
     "Compile the `Learner`'s model in place with `torch.compile` at the start of each fit"
     order = AcceleratorCallback.order-1 # compile the bare model before `AcceleratorCallback` wraps it in DDP (PyTorch's advice)
@@ -132,12 +132,12 @@ class CompilerCallback(Callback):
         store_attr(backend=_check_backend(backend))
         store_attr('fullgraph,dynamic,mode,options,matmul_precision,recompile,verbose,regional')
 
-# %% ../nbs/01_compiler.ipynb #f3b12655
+# %% ../nbs/01_compiler.ipynb #dec81787
 Learner.compile_frozen = True
 
 def _frozen(learn): return learn.opt is not None and learn.opt.frozen_idx > 0
 
-# %% ../nbs/01_compiler.ipynb #36483dca
+# %% ../nbs/01_compiler.ipynb #17ca1e94
 @patch
 def before_fit(self:CompilerCallback):
     learn = self.learn
@@ -160,7 +160,7 @@ def after_fit(self:CompilerCallback):
     torch.set_float32_matmul_precision(self.old_precision)
     if self.verbose and self.compiling: print(f"Graphs captured during this fit: {_graphs()-self.graphs}")
 
-# %% ../nbs/01_compiler.ipynb #6010af01
+# %% ../nbs/01_compiler.ipynb #eadd3bbb
 @patch
 def before_batch(self:CompilerCallback):
     learn = self.learn
@@ -168,7 +168,7 @@ def before_batch(self:CompilerCallback):
     for x in learn.xb:
         if isinstance(x, Tensor) and x.ndim: torch._dynamo.maybe_mark_dynamic(x, 0)
 
-# %% ../nbs/01_compiler.ipynb #60713dd7
+# %% ../nbs/01_compiler.ipynb #3d4e25ec
 @patch
 @delegates(CompilerCallback)
 def compile(self:Learner, **kwargs):
@@ -179,7 +179,7 @@ def compile(self:Learner, **kwargs):
     if old: cb.recompile = True # so the new settings apply
     return self.add_cb(cb)
 
-# %% ../nbs/01_compiler.ipynb #9442d9bc
+# %% ../nbs/01_compiler.ipynb #933642bb
 class DynamoExplainCallback(Callback):
     "Explain how `torch.compile` would split the model into graphs, on one batch, then cancel the fit"
     order = AcceleratorCallback.order+1 # after it: cancelling runs every `after_fit`, and `AcceleratorCallback.after_fit` needs its `before_fit` to have run
@@ -190,7 +190,7 @@ class DynamoExplainCallback(Callback):
         break_reasons:bool=False, # Also print each break's full reason and user stack
     ): store_attr()
 
-# %% ../nbs/01_compiler.ipynb #5260cae4
+# %% ../nbs/01_compiler.ipynb #a1156755
 @contextmanager
 def _quiet_dynamo():
     "Hold back dynamo's and inductor's own log records and warnings (pages of them on graph breaks): the report says it all"
@@ -204,7 +204,7 @@ def _quiet_dynamo():
     finally:
         for o,v in zip(logs, levels): o.setLevel(v)
 
-# %% ../nbs/01_compiler.ipynb #4933c78e
+# %% ../nbs/01_compiler.ipynb #dbbdf67c
 @patch
 def before_fit(self:DynamoExplainCallback):
     learn = self.learn
@@ -220,7 +220,7 @@ def before_fit(self:DynamoExplainCallback):
     if self.print_results: print(self.report())
     raise CancelFitException()
 
-# %% ../nbs/01_compiler.ipynb #1f2237c9
+# %% ../nbs/01_compiler.ipynb #2758c906
 def _where(reason):
     "The innermost frame of a graph break as `file:line in fn`, with its source line"
     if not reason.user_stack: return '(no user frame)'
@@ -239,7 +239,7 @@ def report(self:DynamoExplainCallback)->str:
     if self.out_guards: res += ["Guards:"] + [f"  {g}" for g in o.out_guards or []]
     return '\n'.join(res)
 
-# %% ../nbs/01_compiler.ipynb #88dba5c5
+# %% ../nbs/01_compiler.ipynb #4a1b66d1
 def _pre_compiler(cls, name):
     "`cls.name` as it was before this module first patched it (fastai's, or `fastxtend_accel.core`'s patch of it)"
     return kept(cls, name, 'pre_compiler')
@@ -253,7 +253,7 @@ def _match_orig_mod(module, state_dict, prefix, *args):
         new = want.get(_unwrapped_key(k[len(prefix):]), k)
         if new != k and new not in state_dict: state_dict[new] = state_dict.pop(k)
 
-# %% ../nbs/01_compiler.ipynb #8f55ad66
+# %% ../nbs/01_compiler.ipynb #de6c2236
 _load = _pre_compiler(Learner, 'load')
 
 @patch
@@ -264,7 +264,7 @@ def load(self:Learner, file, device=None, **kwargs):
     try: return _load(self, file, device, **kwargs)
     finally: hook.remove()
 
-# %% ../nbs/01_compiler.ipynb #e217da81
+# %% ../nbs/01_compiler.ipynb #9f1924cb
 _compile_cbs = (CompilerCallback, DynamoExplainCallback)
 _export = _pre_compiler(Learner, 'export')
 
@@ -277,7 +277,7 @@ def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_p
         with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, _compile_cbs)]): _export(self, fname, pickle_module, pickle_protocol)
     finally: self.model = model
 
-# %% ../nbs/01_compiler.ipynb #59c910e5
+# %% ../nbs/01_compiler.ipynb #afc2cc1d
 _load_learner = _pre_compiler(fastai.learner, 'load_learner')
 
 def load_learner(fname, cpu=True, pickle_module=pickle):
@@ -289,7 +289,7 @@ def load_learner(fname, cpu=True, pickle_module=pickle):
 
 fastai.learner.load_learner = load_learner
 
-# %% ../nbs/01_compiler.ipynb #ddb6037b
+# %% ../nbs/01_compiler.ipynb #7b25789e
 _freeze_to = _pre_compiler(Learner, 'freeze_to')
 
 @patch
@@ -305,7 +305,7 @@ def freeze_to(self:Learner, n:int):
         warn("The model was compiled outside `CompilerCallback`, and freezing makes dynamo recompile it: "
              "use `learn.compile()` to have it compiled afresh at the next fit.")
 
-# %% ../nbs/01_compiler.ipynb #c4d91eba
+# %% ../nbs/01_compiler.ipynb #aea93a67
 _fine_tune = _pre_compiler(Learner, 'fine_tune')
 
 @patch

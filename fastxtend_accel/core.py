@@ -184,7 +184,7 @@ def main_process_only(f):
         with learn.single_process(): return f(self, *args, **kwargs)
     return _inner
 
-# %% ../nbs/00_core.ipynb #d54a5d82
+# %% ../nbs/00_core.ipynb #9a04b3c7
 _fastai_to_detach = fastai_method(Learner, 'to_detach')
 
 @patch
@@ -192,7 +192,7 @@ def to_detach(self:Learner, b, cpu=True, gather=True):
     if self.accelerator is not None and not self.accelerator.distributed: gather = False # no collective for a process working alone
     return _fastai_to_detach(self, b, cpu, gather)
 
-# %% ../nbs/00_core.ipynb #a2327044
+# %% ../nbs/00_core.ipynb #bdbf67e6
 @patch
 def before_train(self:AcceleratorCallback): self.in_loop = True
 
@@ -210,7 +210,7 @@ def one_batch(self:Learner, i, b):
         with self.single_process(): return _fastai_one_batch(self, i, b)
     return _fastai_one_batch(self, i, b)
 
-# %% ../nbs/00_core.ipynb #9a8c4566
+# %% ../nbs/00_core.ipynb #d1f101eb
 @patch
 @contextmanager
 def distributed_eval(self:Learner):
@@ -220,7 +220,7 @@ def distributed_eval(self:Learner):
     try: yield self
     finally: cb.shared_eval = old
 
-# %% ../nbs/00_core.ipynb #54b9299c
+# %% ../nbs/00_core.ipynb #998f075e
 @patch
 def _check_callbacks(self:AcceleratorCallback):
     learn,acc = self.learn,self.accelerator
@@ -238,7 +238,7 @@ def _check_callbacks(self:AcceleratorCallback):
         raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
                          f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
 
-# %% ../nbs/00_core.ipynb #b0a3fdab
+# %% ../nbs/00_core.ipynb #04f3169d
 @patch
 def before_batch(self:AcceleratorCallback):
     if not self.learn.training or self.n_acc == 1: return
@@ -252,7 +252,7 @@ def before_batch(self:AcceleratorCallback):
 @patch
 def after_batch(self:AcceleratorCallback): self._no_sync.close()
 
-# %% ../nbs/00_core.ipynb #a5ed8d7b
+# %% ../nbs/00_core.ipynb #7729d484
 @patch
 def backward(self:AcceleratorCallback, loss):
     "`Accelerator.backward` on `loss`, averaged over the batches of its accumulation group"
@@ -260,7 +260,7 @@ def backward(self:AcceleratorCallback, loss):
     scale = acc.gradient_accumulation_steps/self.group # Accelerate divides by its steps; we want the group's size
     acc.backward(loss if scale == 1 else loss*scale)
 
-# %% ../nbs/00_core.ipynb #26838c6c
+# %% ../nbs/00_core.ipynb #8af71e70
 @patch
 def before_step(self:AcceleratorCallback):
     if not self.sync: raise CancelBatchException() # accumulate: no step, no zero_grad
@@ -272,7 +272,7 @@ def step(self:AcceleratorCallback):
     if self.plain_step: self.learn.opt.step()
     else: self.acc_opt.step()
 
-# %% ../nbs/00_core.ipynb #2af091e4
+# %% ../nbs/00_core.ipynb #6c226895
 @patch
 def after_pred(self:AcceleratorCallback):
     learn = self.learn
@@ -288,7 +288,7 @@ def after_loss(self:AcceleratorCallback):
     if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
         learn.loss = learn.loss_grad = learn.loss.new_zeros(())
 
-# %% ../nbs/00_core.ipynb #9a9796ab
+# %% ../nbs/00_core.ipynb #e3ae50ac
 @patch
 @delegates(AcceleratorCallback)
 def accelerate(self:Learner,
@@ -301,7 +301,7 @@ def accelerate(self:Learner,
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
     return self.add_cb(cb)
 
-# %% ../nbs/00_core.ipynb #129a0fdf
+# %% ../nbs/00_core.ipynb #f334ff1a
 _fastai_save = fastai_method(Learner, 'save')
 
 @patch
@@ -310,7 +310,7 @@ def save(self:Learner, file, **kwargs):
     if self.accelerator is None or self.is_main_process: return _fastai_save(self, file, **kwargs)
     return self.path/self.model_dir/f'{file}.pth' if isinstance(file, (str, Path)) else file
 
-# %% ../nbs/00_core.ipynb #de536bfd
+# %% ../nbs/00_core.ipynb #17a023bc
 _fastai_export = fastai_method(Learner, 'export')
 
 @patch

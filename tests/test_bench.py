@@ -32,7 +32,7 @@ def test_bench_fastai_memory_smoke():
 
 def test_bench_fastai_two_processes_smoke():
     out = bench('bench_fastai.py', '--quick', '--sections', 'ddp')
-    for variant in ('Accelerate DDP loop', 'fastxtend_accel Learner', 'TfmdDL over one share (iterate)', 'ShardedDL over the TfmdDL (iterate)'):
+    for variant in ('Accelerate DDP loop', 'fastxtend_accel Learner', 'the TfmdDL alone (iterate)', 'ShardedDL over the TfmdDL (iterate)'):
         assert rows(out, variant)
     # 8 batches per process in quick mode: one optimizer step and one gradient all-reduce (one DDP bucket) per batch
     assert rows(out, 'Accelerate DDP loop')[1].split('|')[2:4] == [' 8 ', ' 8 ']
