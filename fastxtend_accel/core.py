@@ -210,12 +210,13 @@ def one_batch(self:Learner, i, b):
         with self.single_process(): return _fastai_one_batch(self, i, b)
     return _fastai_one_batch(self, i, b)
 
-# %% ../nbs/00_core.ipynb #d1f101eb
+# %% ../nbs/00_core.ipynb #c638d27c
 @patch
 @contextmanager
 def distributed_eval(self:Learner):
     "Within this block, `validate`, `get_preds` and `predict` share the work between the processes, which must all call them"
     cb = self.accelerator
+    if cb is None: yield self; return # no accelerator: fastai's evaluation, on this process
     old,cb.shared_eval = cb.shared_eval,True
     try: yield self
     finally: cb.shared_eval = old
