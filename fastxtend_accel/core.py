@@ -95,7 +95,7 @@ class AcceleratorCallback(Callback):
     @property
     def training(self): return self.learn.training # what fastai's `Callback.__call__` asks, without a lookup in the `Accelerator`
 
-# %% ../nbs/00_core.ipynb #12cf6c02
+# %% ../nbs/00_core.ipynb #3c35d2ac
 _main_only_cbs = (ProgressCallback, ShowGraphCallback, CSVLogger)
 
 @patch
@@ -110,7 +110,7 @@ def before_fit(self:AcceleratorCallback):
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     learn.model = acc.prepare_model(model, evaluation_mode=not self.distributed)
     self.acc_opt = None if learn.opt is None or not is_fit else acc.prepare_optimizer(learn.opt, device_placement=False)
-    self.old_loaders = [dl.dl if isinstance(dl, ShardedDL) else dl for dl in learn.dls.loaders] # and after an interrupted fit
+    self.old_loaders = [dl.source if isinstance(dl, ShardedDL) else dl for dl in learn.dls.loaders] # and after an interrupted fit
     learn.dls.loaders = [self._shard(dl) for dl in self.old_loaders]
     self.old_logger = learn.logger
     if not acc.is_main_process:
@@ -159,7 +159,7 @@ def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
 @patch
 def before_validate(self:AcceleratorCallback): self.learn.dl,self.in_loop = self._shard(self.learn.dl),True
 
-# %% ../nbs/00_core.ipynb #afa12dc8
+# %% ../nbs/00_core.ipynb #771b72a8
 @patch
 @contextmanager
 def single_process(self:Learner):
@@ -167,7 +167,7 @@ def single_process(self:Learner):
     cb = self.accelerator
     if cb is None or not cb.distributed: yield self; return
     model,loaders = self.model,self.dls.loaders
-    self.model,self.dls.loaders = cb.accelerator.unwrap_model(model),[dl.dl if isinstance(dl, ShardedDL) else dl for dl in loaders]
+    self.model,self.dls.loaders = cb.accelerator.unwrap_model(model),[dl.source if isinstance(dl, ShardedDL) else dl for dl in loaders]
     cb._set_distributed(False)
     try: yield self
     finally:
@@ -221,7 +221,7 @@ def distributed_eval(self:Learner):
     try: yield self
     finally: cb.shared_eval = old
 
-# %% ../nbs/00_core.ipynb #998f075e
+# %% ../nbs/00_core.ipynb #c03fe14d
 @patch
 def _check_callbacks(self:AcceleratorCallback):
     learn,acc = self.learn,self.accelerator
@@ -235,7 +235,7 @@ def _check_callbacks(self:AcceleratorCallback):
     ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
     if ga:
         bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
-        k = max(1, round(ga[0].n_acc/(bs*acc.num_processes)))
+        k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
         raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
                          f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
 
@@ -289,13 +289,13 @@ def after_loss(self:AcceleratorCallback):
     if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
         learn.loss = learn.loss_grad = learn.loss.new_zeros(())
 
-# %% ../nbs/00_core.ipynb #e3ae50ac
+# %% ../nbs/00_core.ipynb #83c4622f
 @patch
 @delegates(AcceleratorCallback)
 def accelerate(self:Learner,
     accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
     sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
-    **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, ...
+    **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is the global batch), ...
 ):
     "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
     cb = AcceleratorCallback(accelerator, sync_bn, **kwargs)
