@@ -17,14 +17,18 @@ from .collectives import *
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/06_evaluation.ipynb #b9ca1159
+# %% ../nbs/06_evaluation.ipynb #68f6e8f4
 _fastai_smooth_acc = fastai_method(AvgSmoothLoss, 'accumulate')
 
 @patch
 def accumulate(self:AvgSmoothLoss, learn):
-    if not is_distributed(learn): return _fastai_smooth_acc(self, learn)
+    if getattr(learn, 'accelerator', None) is None: return _fastai_smooth_acc(self, learn)
+    if is_distributed(learn): loss = learn.reduce(learn.loss.mean(), 'mean')
+    else: # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
+        loss = learn.loss.detach()
+        if loss.ndim: loss = loss.mean()
     self.count += 1
-    self.val = torch.lerp(to_detach(learn.reduce(learn.loss.mean(), 'mean'), gather=False), self.val, self.beta)
+    self.val = torch.lerp(loss.detach().cpu(), self.val, self.beta)
 
 # %% ../nbs/06_evaluation.ipynb #cb2045ac
 _fastai_avg_loss_acc,_fastai_avg_metric_acc = [fastai_method(c, 'accumulate') for c in (AvgLoss, AvgMetric)]

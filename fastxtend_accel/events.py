@@ -24,3 +24,50 @@ def _call_one(self:Learner, event_name):
         cbs = handlers[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or
                                       (callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ()))]
     for cb in cbs: cb(event_name)
+
+# %% ../nbs/09_events.ipynb #ab7638dc
+_fastai_call = fastai_method(Learner, '__call__')
+
+@patch
+def __call__(self:Learner, event_name):
+    "Call `event_name` on the callbacks (several names: each in turn)"
+    if self.accelerator is None or not isinstance(event_name, str): return _fastai_call(self, event_name)
+    self._call_one(event_name)
+
+# %% ../nbs/09_events.ipynb #be034dd1
+_fastai_rec_after_batch = fastai_method(Recorder, 'after_batch')
+
+def _last_lr(opt):
+    "`opt.hypers[-1]['lr']`, without building the hyper-parameters of every parameter group"
+    if isinstance(opt, OptimWrapper): return opt.opt.param_groups[-1][opt.bwd_map.get('lr', 'lr')]
+    return opt.hypers[-1]['lr']
+
+@patch
+def after_batch(self:Recorder):
+    "Update the metrics; in training, record the learning rate and the smooth loss"
+    learn = self.learn
+    if getattr(learn, 'accelerator', None) is None: return _fastai_rec_after_batch(self)
+    if len(learn.yb) == 0: return
+    if not learn.training:
+        for met in self._valid_mets: met.accumulate(learn)
+        return
+    only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False) # what `_train_mets` holds then
+    for met in ((self.smooth_loss,) if only_smooth else self._train_mets): met.accumulate(learn)
+    self.lrs.append(_last_lr(learn.opt))
+    learn.smooth_loss = self.smooth_loss.value
+    self.losses.append(learn.smooth_loss)
+
+# %% ../nbs/09_events.ipynb #3a1eb75d
+_fastai_cast_before_batch = fastai_method(CastToTensor, 'before_batch')
+
+def _to_plain(x):
+    "`x` with tensor subclasses cast to `Tensor`, as `CastToTensor` does; plain tensors stay as they are"
+    if isinstance(x, tuple): return tuple(_to_plain(o) for o in x)
+    return cast(x, Tensor) if isinstance(x, Tensor) and type(x) is not Tensor else x
+
+@patch
+def before_batch(self:CastToTensor):
+    "Cast fastai's tensor subclasses in the batch to `Tensor`"
+    learn = self.learn
+    if getattr(learn, 'accelerator', None) is None: return _fastai_cast_before_batch(self)
+    learn.xb,learn.yb = _to_plain(learn.xb),_to_plain(learn.yb)
