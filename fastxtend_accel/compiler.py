@@ -72,7 +72,16 @@ def _dynamo_call():
     def _call(m, *args, **kwargs): return m._call_impl(*args, **kwargs)
     return types.FunctionType(_call.__code__.replace(), _call.__globals__, _call.__name__)
 
-# %% ../nbs/01_compiler.ipynb #735b6549
+# %% ../nbs/01_compiler.ipynb #c5593e50
+def _dynamo_forward():
+    "A new function, with its own dynamo cache, running module `m`'s `forward` alone: its hooks (FSDP2's gathers) stay outside the graph"
+    def _forward(m, *args, **kwargs): return type(m).forward(m, *args, **kwargs)
+    return types.FunctionType(_forward.__code__.replace(), _forward.__globals__, _forward.__name__)
+
+class _CompiledForward(partial):
+    "`m.forward` through a compiled function: a module's instance `forward`, which `uncompile_model` and unsharded copies drop"
+
+# %% ../nbs/01_compiler.ipynb #42620539
 def _blocks(model):
     "The children of every outermost `nn.ModuleList` in `model` whose children all have one class"
     if isinstance(model, nn.ModuleList) and len(model) and all(type(o) is type(model[0]) for o in model): return list(model)
@@ -80,26 +89,31 @@ def _blocks(model):
 
 def compile_model(model:nn.Module, # The module to compile; it keeps its class, children and state-dict keys
                   regional:bool=False, # Compile each block of `model`'s repeated `nn.ModuleList` blocks instead of the whole model
+                  hooks:bool=True, # Compile the modules' hooks too; False: `forward` alone (what FSDP2 needs: dynamo skips its hooks, and then the whole call)
                   **kwargs # Passed to `torch.compile`: `backend`, `mode`, `fullgraph`, `dynamic`, `options`
                  )->nn.Module:
     "Compile `model` in place (an `nn.Sequential` too), and return it"
     mods = _blocks(model) if regional else [model]
     if not mods: raise ValueError(f"`regional=True` compiles the blocks of an `nn.ModuleList` of same-class modules, and {type(model).__name__} has none: use `regional=False`")
-    fn = torch.compile(_dynamo_call(), **kwargs)
-    for m in mods: m._compiled_call_impl = partial(fn, m)
+    fn = torch.compile(_dynamo_call() if hooks else _dynamo_forward(), **kwargs)
+    for m in mods:
+        if hooks: m._compiled_call_impl = partial(fn, m)
+        else: m.forward = _CompiledForward(fn, m)
     return model
 
 def uncompile_model(model:nn.Module # A module compiled with `compile_model` (or `Module.compile`)
                    )->nn.Module:
     "Drop `model`'s compiled state, and return it"
-    for m in model.modules(): vars(m).pop('_compiled_call_impl', None)
+    for m in model.modules():
+        vars(m).pop('_compiled_call_impl', None)
+        if isinstance(vars(m).get('forward'), _CompiledForward): del m.forward
     return model
 
 def is_compiled(model:nn.Module # Any module
                )->bool:
     "Whether `model` or one of its submodules runs compiled"
     return isinstance(model, OptimizedModule) or any(
-        getattr(m, '_compiled_call_impl', None) is not None for m in model.modules())
+        getattr(m, '_compiled_call_impl', None) is not None or isinstance(vars(m).get('forward'), _CompiledForward) for m in model.modules())
 
 # %% ../nbs/01_compiler.ipynb #1b796bea
 def _inner(model):
@@ -137,7 +151,7 @@ Learner.compile_frozen = True
 
 def _frozen(learn): return learn.opt is not None and learn.opt.frozen_idx > 0
 
-# %% ../nbs/01_compiler.ipynb #17ca1e94
+# %% ../nbs/01_compiler.ipynb #d5f8e90e
 @patch
 def before_fit(self:CompilerCallback):
     learn = self.learn
@@ -151,7 +165,8 @@ def before_fit(self:CompilerCallback):
         return
     if not is_compiled(model):
         if self.verbose: print(f"Compiling {type(model).__name__}{' regionally' if self.regional else ''} with backend={self.backend!r}, mode={self.mode!r}")
-        compile_model(model, self.regional, fullgraph=self.fullgraph, dynamic=self.dynamic, backend=self.backend, mode=self.mode, options=self.options)
+        fsdp = getattr(learn.accelerator, 'fsdp', False) # FSDP2 gathers in hooks that dynamo won't trace
+        compile_model(model, self.regional, hooks=not fsdp, fullgraph=self.fullgraph, dynamic=self.dynamic, backend=self.backend, mode=self.mode, options=self.options)
     self.compiling = True
     if _has_tf32(): torch.set_float32_matmul_precision(self.matmul_precision)
 

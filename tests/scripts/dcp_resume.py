@@ -1,0 +1,59 @@
+"""A 3-epoch one-cycle fit on the digits (no dropout) with `split_batches=True`, so the global batches are the same on any number
+of processes. Checkpoints every 3 steps into OUT/ckpt (through torch.distributed.checkpoint) and resumes from there; each process
+writes OUT/TAG-rankR.pt. Per-node preparation under `local_main_first` writes OUT/prepared-TAG-nodeN."""
+import argparse, os, time, torch
+from pathlib import Path
+from fastai.basics import *
+from fastai.callback.all import *
+from fastxtend_accel.core import *
+from fastxtend_accel.accelerator import local_main_first
+from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
+from fastxtend_accel.test_utils import synth_learner_digits
+
+p = argparse.ArgumentParser()
+p.add_argument('out')
+p.add_argument('--tag', default='run', help='names the result files')
+p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this training batch')
+p.add_argument('--async-save', action='store_true', help='write checkpoints in the background')
+p.add_argument('--slow-write', type=float, default=0, help='seconds each checkpoint write after epoch 0 waits before writing its tensors')
+p.add_argument('--sleep', type=float, default=0, help='seconds to wait after each batch')
+args = p.parse_args()
+out = Path(args.out)
+
+if args.slow_write:
+    from torch.distributed.checkpoint import FileSystemWriter
+    write = FileSystemWriter.write_data
+    def slow(self, plan, planner):
+        if '-e0000-' not in str(self.path): time.sleep(args.slow_write)
+        return write(self, plan, planner)
+    FileSystemWriter.write_data = slow
+
+# per-node preparation: each node's main process first, then that node's others
+node = os.environ.get('GROUP_RANK', '0')
+with local_main_first():
+    marker = out/f'prepared-{args.tag}-node{node}'
+    first = not marker.exists()
+    if first: time.sleep(0.5); marker.write_text(os.environ.get('RANK', '0'))
+
+class Marker(Callback):
+    "Note each training batch done in OUT/progress-TAG, wait `--sleep`, and end the fit at `--stop`"
+    order = 99 # after the checkpoint
+    def after_batch(self):
+        if not self.training: return
+        (out/f'progress-{args.tag}').write_text(f'{self.epoch} {self.iter}')
+        time.sleep(args.sleep)
+        if args.stop and (self.epoch, self.iter) == tuple(map(int, args.stop.split(','))): raise CancelFitException()
+
+learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'history-{args.tag}.csv'))
+learn.accelerate(split_batches=True)
+acc = learn.accelerator
+resumed_from = latest_checkpoint(out/'ckpt')
+learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save),
+                                  Marker()])
+learn.save(f'final-{args.tag}') # a single-file save: the global main process alone writes it
+torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values,
+                resumed_from=resumed_from and resumed_from.name, world=acc.num_processes, rank=acc.process_index,
+                local_rank=acc.local_process_index, env_rank=int(os.environ.get('RANK', 0)), env_local_rank=int(os.environ.get('LOCAL_RANK', 0)),
+                node=int(node), is_main=learn.is_main_process, is_local_main=acc.is_local_main_process, prepared_first=first,
+                launch=os.environ.get('LAUNCH')),
+           out/f'{args.tag}-rank{acc.process_index}.pt')

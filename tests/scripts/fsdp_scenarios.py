@@ -1,0 +1,205 @@
+"""FSDP2 against DDP on 2 CPU processes: each scenario runs both ways, on the same data and initial weights; each rank saves what it saw.
+Launched by `accelerate launch --use_fsdp --fsdp_version 2`: the first scenario is that route (`learn.accelerate()` reads the launcher's
+variables); then they are removed, and DDP and explicit FSDP2 requests follow as under torchrun."""
+import os, sys, torch
+from pathlib import Path
+from torch import nn
+from fastai.basics import *
+from fastai.callback.all import *
+from accelerate.utils import FullyShardedDataParallelPlugin
+from torch.distributed.tensor import DTensor
+from fastxtend_accel.core import *
+from fastxtend_accel.compiler import *
+from fastxtend_accel.fsdp import local_bytes, _forced_cpu_fsdp
+from fastxtend_accel.test_utils import synth_learner_digits
+
+defaults.callbacks = [cb for cb in defaults.callbacks if cb is not ProgressCallback] # no progress bars in the test logs
+
+out = Path(sys.argv[1])
+only = sys.argv[2].split(',') if len(sys.argv) > 2 else None
+res = {}
+launched = {k: v for k,v in os.environ.items() if k == 'ACCELERATE_USE_FSDP' or k.startswith('FSDP_')}
+
+def regression_learner(n=192, bs=16, shuffle=False, **kwargs):
+    "A 2-layer net (its last layer too small to split evenly) on a fixed regression; two parameter groups; Adam"
+    set_seed(0) # the loaders' shuffling too
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    y = (x @ torch.randn(8, 1, generator=g)).squeeze(1)
+    dsets = Datasets(range(n), [[x.__getitem__], [y.__getitem__]], splits=[range(n), range(n-40, n)])
+    dls = dsets.dataloaders(bs=bs, shuffle=shuffle, drop_last=shuffle, num_workers=0, device='cpu')
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    split = lambda m: [list(m[0].parameters()), list(m[2].parameters())]
+    return Learner(dls, model, loss_func=lambda p,t: F.mse_loss(p.squeeze(1), t), splitter=split, **kwargs)
+
+def accelerate(learn, mode, mixed_precision='no', **kwargs):
+    "`learn.accelerate(...)` with DDP, or with an FSDP2 plugin (Accelerate's FSDP2 path forced on CPU, for this test only)"
+    kwargs['mixed_precision'] = mixed_precision # explicit: without it, a learner keeps the precision of the last `Accelerator`
+    if mode == 'ddp': return learn.accelerate(**kwargs)
+    with _forced_cpu_fsdp(): return learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs)
+
+def full(t): return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
+def params(learn): return [full(p) for p in learn.model.parameters()]
+def shards(learn): return [(type(p).__name__, tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)) for p in learn.model.parameters()]
+def opt_state(learn): return [{k: full(v) if isinstance(v, Tensor) else v for k,v in s.items()} for s in learn.opt.state_dict()['state']]
+
+def want(name): return only is None or name in only
+
+class SyncSpy(Callback):
+    "Record calls turning FSDP2's gradient reduction off and on, and Accelerate's clip norm before each step"
+    order = 20
+    def before_fit(self):
+        self.syncs,self.norms,self.norm_types,m = [],[],[],self.learn.model
+        if hasattr(m, 'set_requires_gradient_sync'):
+            orig = m.set_requires_gradient_sync
+            def spy(flag, **kw): self.syncs.append(flag); return orig(flag, **kw)
+            m.set_requires_gradient_sync = spy
+    def before_step(self):
+        n = self.learn.accelerator.accelerator.clip_grad_norm_(self.learn.model.parameters(), 1e9)
+        self.norm_types.append(type(n).__name__); self.norms.append(n.item())
+    def after_fit(self): vars(self.learn.model).pop('set_requires_gradient_sync', None)
+
+# 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
+if launched:
+    with _forced_cpu_fsdp(): learn = regression_learner().accelerate(mixed_precision='no')
+    learn.fit(2, 1e-2)
+    res['launch'] = dict(params=params(learn), shards=shards(learn), env={k: launched.get(k) for k in ('ACCELERATE_USE_FSDP', 'FSDP_VERSION')})
+    for k in launched: del os.environ[k] # the rest asks for FSDP2 explicitly, or not at all
+
+for mode in ('ddp', 'fsdp'):
+    r = res[mode] = {}
+    # 1. plain fit, two epochs of Adam; what each process holds
+    if want('plain'):
+        learn = accelerate(regression_learner(), mode)
+        learn.fit(2, 1e-2)
+        r['plain'] = dict(params=params(learn), shards=shards(learn), losses=[float(l) for l in learn.recorder.losses],
+                          model_type=type(learn.model).__name__, opt_state=opt_state(learn),
+                          opt_is_model=all(any(p is q for q in learn.model.parameters()) for pl in learn.opt.param_lists for p in pl))
+
+    # 2. an optimizer built on the unsharded parameters by an earlier fit (with Adam state), then accelerated afresh
+    if want('stale_opt'):
+        learn = accelerate(regression_learner(), 'ddp')
+        learn.fit(1, 1e-2)
+        accelerate(learn, mode)
+        learn.fit(1, 1e-2)
+        r['stale_opt'] = dict(params=params(learn), opt_state=opt_state(learn))
+
+    # 3. gradient accumulation (k=2), clipping that bites, and Accelerate's clip norm
+    if want('accum'):
+        learn = accelerate(regression_learner(), mode, gradient_accumulation_steps=2)
+        spy = SyncSpy()
+        learn.fit(1, 1e-2, cbs=[spy, GradientClip(max_norm=0.5)])
+        r['accum'] = dict(params=params(learn), syncs=spy.syncs, norms=spy.norms, norm_types=spy.norm_types)
+
+    # 4. frozen first group, one cycle, then unfrozen with discriminative learning rates, shuffled data
+    if want('freeze'):
+        learn = accelerate(regression_learner(shuffle=True), mode)
+        learn.freeze_to(-1)
+        before = params(learn)
+        learn.fit_one_cycle(1, 1e-2)
+        frozen = params(learn)
+        learn.unfreeze()
+        learn.fit_one_cycle(2, slice(1e-4, 1e-2))
+        r['freeze'] = dict(before=before, frozen=frozen, params=params(learn), lrs=[h['lr'] for h in learn.opt.hypers])
+
+    # 5. bf16: FSDP2's mixed precision policy (DDP: Accelerate's autocast)
+    if want('bf16'):
+        class DtypeSpy(Callback):
+            def before_fit(self): self.dtypes = set(); self.h = self.learn.model[0].register_forward_hook(lambda m,i,o: self.dtypes.add(str(o.dtype)))
+            def after_loss(self): self.loss_dtype = str(self.learn.loss.dtype)
+            def after_fit(self): self.h.remove()
+        learn = accelerate(regression_learner(), mode, mixed_precision='bf16')
+        dspy = DtypeSpy()
+        learn.fit(2, 1e-2, cbs=dspy)
+        r['bf16'] = dict(dtypes=dspy.dtypes, loss_dtype=dspy.loss_dtype, param_dtypes={str(p.dtype) for p in learn.model.parameters()},
+                         losses=[float(l) for l in learn.recorder.losses], params=params(learn))
+
+    # 6. memory: parameters + Adam state each process holds, at its peak during a fit
+    if want('memory'):
+        class MemSpy(Callback):
+            def before_fit(self): self.peak = {}
+            def after_step(self):
+                b = local_bytes(self.learn.model, self.learn.opt)
+                if b['total'] > self.peak.get('total', 0): self.peak = b
+        learn = accelerate(synth_learner_digits(n=512, bs=32, hidden=256), mode)
+        mspy = MemSpy()
+        learn.fit(1, 1e-3, cbs=mspy)
+        r['memory'] = dict(peak=mspy.peak, after=local_bytes(learn.model, learn.opt), params=params(learn))
+
+    # 7. what users read back: validate, get_preds, predict, ActivationStats, lr_find, collectives
+    if want('eval'):
+        learn = accelerate(regression_learner(), mode)
+        astats = ActivationStats(with_hist=False)
+        learn.fit(1, 1e-2, cbs=astats)
+        stats = [[(s['mean'], s['std']) for s in layer] for layer in astats.stats]
+        with learn.distributed_eval(): # DDP evaluates on each process alone otherwise; a sharded model always on all together
+            preds,targs = learn.get_preds()
+            vals = learn.validate()
+            pred = learn.predict(torch.linspace(-1, 1, 8))
+        before = params(learn)
+        sugg = learn.lr_find(show_plot=False, num_it=20)
+        rank = learn.accelerator.accelerator.process_index
+        alone = None
+        if rank == 0: # the main process alone: DDP runs its own copy; a sharded model can't run without the others
+            try:
+                with learn.single_process(): learn.model(torch.zeros(2, 8)); alone = 'ran'
+            except RuntimeError as e: alone = str(e)
+        learn.barrier()
+        r['eval'] = dict(alone=alone, stats=stats, preds=preds, targs=targs, valid=[float(v) for v in vals], pred=pred[0],
+                         lr_valley=sugg.valley, lr_restored=all(torch.equal(a, b) for a,b in zip(before, params(learn))),
+                         sharded_after=shards(learn),
+                         gather=learn.gather(torch.tensor([rank])).tolist(), reduce=learn.reduce(torch.tensor(float(rank)), 'sum').item())
+
+    # 8. save (full weights, from the main process), load (back into the shards), export
+    if want('save'):
+        learn = accelerate(regression_learner(), mode)
+        learn.fit(1, 1e-2)
+        learn.path = out/mode
+        learn.path.mkdir(exist_ok=True)
+        learn.save('model')
+        saved,saved_opt = params(learn),opt_state(learn)
+        learn.fit(1, 1e-2) # move away, then back
+        learn.load('model')
+        loaded,loaded_opt,loaded_shards = params(learn),opt_state(learn),shards(learn)
+        learn.export(out/mode/'export.pkl')
+        x = torch.linspace(-1, 1, 40).view(5, 8)
+        with torch.no_grad(): preds = full(learn.model(x))
+        r['save'] = dict(saved=saved, loaded=loaded, saved_opt=saved_opt, loaded_opt=loaded_opt, preds=preds, shards=loaded_shards)
+
+    # 9. compiled before sharding
+    if want('compile'):
+        from torch._dynamo.utils import counters
+        learn = accelerate(regression_learner(), mode)
+        learn.compile()
+        g0 = counters['stats']['unique_graphs']
+        learn.fit(2, 1e-2)
+        r['compile'] = dict(params=params(learn), graphs=counters['stats']['unique_graphs']-g0, shards=shards(learn))
+        (out/mode).mkdir(exist_ok=True)
+        learn.export(out/mode/'compiled.pkl')
+
+# 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
+if want('env'):
+    os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
+    with _forced_cpu_fsdp(): learn = regression_learner().accelerate()
+    del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
+    learn.fit(2, 1e-2)
+    res['env'] = dict(params=params(learn), shards=shards(learn))
+
+# 11. no silent fallback: FSDP asked for on CPU processes without the test forcing; version 1
+if want('errors'):
+    def err(f):
+        try: f()
+        except Exception as e: return f'{type(e).__name__}: {e}'
+    res['errors'] = dict(plugin=err(lambda: regression_learner().accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))))
+    os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
+    res['errors']['env'] = err(lambda: regression_learner().accelerate())
+    os.environ['FSDP_VERSION'] = '1'
+    with _forced_cpu_fsdp(): res['errors']['v1'] = err(lambda: regression_learner().accelerate())
+    del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
+    learn = regression_learner().accelerate() # and DDP again afterwards
+    learn.fit(1, 1e-2)
+    res['errors']['ddp_after'] = type(learn.model).__name__
+
+rank = int(os.environ.get('RANK', 0))
+torch.save(res, out/f'rank{rank}.pt')

@@ -1,0 +1,173 @@
+"""Sharded checkpoints (torch.distributed.checkpoint) on real launches: resume on another number of processes and on two nodes,
+asynchronous saves killed mid-write, FSDP2 shards. Judged by the files the processes write (gloo may abort at exit)."""
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+import numpy as np, pytest, torch
+from fastai.basics import Adam, Callback, CancelFitException, L, OptimWrapper
+from fastai.optimizer import ranger
+from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights
+from fastxtend_accel.test_utils import synth_learner_digits, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
+
+SCRIPTS = Path(__file__).parent/'scripts'
+RESUME = SCRIPTS/'dcp_resume.py'
+REPO = Path(__file__).parent.parent
+DCP_FILES = ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
+
+def launch(n, out, *args):
+    "Run dcp_resume.py on `n` processes (1: a plain process); its output"
+    res = run_cmd(([sys.executable] if n == 1 else torchrun_cmd(n)) + [RESUME, out, *args], check=False)
+    return res.stdout + res.stderr
+
+def results(out, tag, n): return [torch.load(out/f'{tag}-rank{r}.pt', weights_only=False) for r in range(n)]
+
+def close(params, ref, tol=1e-6):
+    for a,b in zip(params, ref, strict=True): assert (a - b).abs().max() <= tol
+
+@pytest.fixture(scope='module')
+def reference():
+    "The fit dcp_resume.py runs, uninterrupted, in this process"
+    learn = _one_process_fit(64)
+    return [p.detach() for p in learn.model.parameters()], learn.recorder.values
+
+def _two_nodes(out, *args):
+    "dcp_resume.py under `torchrun --nnodes 2 --nproc_per_node 1`: two launches meeting at a c10d rendezvous on localhost; their outputs"
+    rdzv = ['--nnodes', '2', '--nproc_per_node', '1', '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'localhost:{free_port()}']
+    procs = [start_cmd([sys.executable, '-m', 'torch.distributed.run', *rdzv, RESUME, out, *args], env=dict(LAUNCH=l)) for l in 'AB']
+    with ThreadPoolExecutor(2) as ex: return dict(zip('AB', ex.map(lambda p: p.communicate(timeout=300)[0].decode(), procs)))
+
+def test_two_nodes_then_other_process_counts(tmp_path, reference):
+    """Two nodes (one process each), stopped; resumed on 1 process, stopped; on 2, stopped; finished on 3: the same fit as one
+    uninterrupted process, within 1e-6. Asynchronous saves on 2 processes."""
+    outs = _two_nodes(tmp_path, '--tag', 'a', '--stop', '0,8', '--async-save')
+    a = results(tmp_path, 'a', 2)
+    # global ranks 0 and 1, each the main process of its node; per-node preparation on each node
+    assert [(r['rank'], r['env_rank'], r['local_rank'], r['env_local_rank'], r['node'], r['is_main'], r['is_local_main']) for r in a] == [
+        (0, 0, 0, 0, 0, True, True), (1, 1, 0, 0, 1, False, True)], outs
+    assert all(r['prepared_first'] for r in a) and (tmp_path/'prepared-a-node0').exists() and (tmp_path/'prepared-a-node1').exists()
+    # the global main process alone logs and writes single files (on its node's launch)
+    main,other = outs[a[0]['launch']],outs[a[1]['launch']]
+    assert 'train_loss' in main and 'train_loss' not in other
+    assert (tmp_path/'models'/'final-a.pth').exists() and (tmp_path/'history-a.csv').exists()
+    ck = tmp_path/'ckpt'/'ckpt-e0000-b000009-f000'
+    assert latest_checkpoint(tmp_path/'ckpt') == ck and sorted(p.name for p in ck.iterdir()) == DCP_FILES
+    assert not list((tmp_path/'ckpt').glob('.tmp-*')) # the asynchronous write was finished, and put in place, at the end of the fit
+    # each process wrote its file, and the replicated DDP state (weights, Adam's two averages) is in them once
+    one_copy,sizes = 3*4*sum(p.numel() for p in reference[0]),[(ck/f'__{r}_0.distcp').stat().st_size for r in range(2)]
+    assert min(sizes) > 0 and one_copy <= sum(sizes) < 1.5*one_copy
+    out = launch(1, tmp_path, '--tag', 'b', '--stop', '1,6')
+    assert 'Resuming from' in out and 'written by 2 process(es), now 1' in out
+    assert results(tmp_path, 'b', 1)[0]['resumed_from'] == 'ckpt-e0000-b000009-f000'
+    launch(2, tmp_path, '--tag', 'c', '--stop', '1,12', '--async-save')
+    c = results(tmp_path, 'c', 2)
+    assert c[0]['resumed_from'] == 'ckpt-e0001-b000007-f000'
+    assert [r['prepared_first'] for r in c] == [True, False] # `local_main_first`: the node's process 0, then its process 1
+    out = launch(3, tmp_path, '--tag', 'd')
+    d = results(tmp_path, 'd', 3)
+    assert d[0]['resumed_from'] == 'ckpt-e0001-b000013-f000'
+    for r in d: close(r['params'], reference[0])
+    np.testing.assert_allclose(d[0]['values'], reference[1], atol=1e-6)
+
+def test_async_save_killed_while_writing(tmp_path, reference):
+    "Training goes on while a checkpoint is written; killed before it is complete, the run resumes from the one before, exactly"
+    proc = start_cmd([sys.executable, RESUME, tmp_path, '--tag', 'k', '--async-save', '--slow-write', '600', '--sleep', '0.05'])
+    tmp = tmp_path/'ckpt'/'.tmp-ckpt-e0001-b000001-f000' # the first checkpoint whose write is slowed
+    progress = lambda: tuple(map(int, (tmp_path/'progress-k').read_text().split()))
+    wait_for(lambda: (tmp/'state.pt').exists() and progress() >= (1, 2), proc)
+    assert not (tmp/'.metadata').exists() # two batches later, still being written
+    kill_group(proc)
+    assert latest_checkpoint(tmp_path/'ckpt').name == 'ckpt-e0000-b000015-f000'
+    launch(1, tmp_path, '--tag', 'k2')
+    res, = results(tmp_path, 'k2', 1)
+    assert res['resumed_from'] == 'ckpt-e0000-b000015-f000'
+    assert not list((tmp_path/'ckpt').glob('.tmp-*')) # what the kill left was removed
+    close(res['params'], reference[0], 0)
+    assert res['values'] == reference[1]
+
+def test_resume_with_other_global_batch(tmp_path):
+    "Resumed with another global batch: a warning says so, and the fit goes on from the next item"
+    class Crash(Callback):
+        order = 99
+        def after_batch(self):
+            if self.training and self.epoch == 1 and self.iter == 5: raise CancelFitException()
+    class Items(Callback):
+        def before_fit(self): self.xbs = []
+        def before_batch(self):
+            if self.training: self.xbs.append(self.xb[0].clone())
+    learn = synth_learner_digits(n=512, bs=32)
+    with learn.no_bar(), learn.no_logging(): learn.fit(3, 1e-2, cbs=[CheckpointCallback(tmp_path, every_steps=3), Crash()])
+    ck = latest_checkpoint(tmp_path)
+    assert ck.name == 'ckpt-e0001-b000006-f000'
+    order = torch.load(ck/'state.pt')['position']['order']
+    learn = synth_learner_digits(n=512, bs=16)
+    items = Items()
+    with learn.no_bar(), learn.no_logging(), pytest.warns(UserWarning, match="batches of 32 items, this run's have 16"):
+        learn.fit(3, 1e-2, cbs=[CheckpointCallback(tmp_path, every_steps=3, resume=True), items])
+    rest = len(order) - 6*32 # items of epoch 1 not trained on yet
+    assert len(items.xbs) == rest//16 + len(order)//16
+    ds = learn.dls.train.dataset
+    assert torch.equal(items.xbs[0], torch.stack([ds[i][0] for i in order[6*32:6*32+16]]))
+
+def _flat(o, key=''):
+    "Nested dicts and lists as one dict by dotted path"
+    if isinstance(o, dict): return {k2: v2 for k,v in o.items() for k2,v2 in _flat(v, f'{key}.{k}').items()}
+    if isinstance(o, (list, tuple, L)): return {k2: v2 for i,v in enumerate(o) for k2,v2 in _flat(v, f'{key}.{i}').items()}
+    return {key: o}
+
+def _same_opt(a, b):
+    a,b = _flat(a.opt.state_dict()),_flat(b.opt.state_dict())
+    assert a.keys() == b.keys() and all(torch.equal(v, b[k]) if isinstance(v, torch.Tensor) else v == b[k] for k,v in a.items())
+
+@pytest.mark.parametrize('opt_func', [partial(OptimWrapper, opt=torch.optim.AdamW), ranger], ids=['torch AdamW', 'ranger'])
+def test_optimizers_round_trip(tmp_path, opt_func):
+    "A torch optimizer (its `step` tensors) and fastai's `Lookahead` (slow weights): back from the checkpoint, and from its one-file form"
+    learn = synth_learner_digits(n=256, opt_func=opt_func)
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    learn.save_state(tmp_path/'ck')
+    checkpoint_to_weights(tmp_path/'ck', tmp_path/'models'/'weights.pth')
+    for load in (lambda l: l.load_state(tmp_path/'ck'), lambda l: l.load('weights')):
+        new = synth_learner_digits(n=256, opt_func=opt_func, seed=1, path=tmp_path)
+        load(new)
+        close([p.detach() for p in new.model.parameters()], [p.detach() for p in learn.model.parameters()], 0)
+        _same_opt(new, learn)
+
+def _one_process_fit(hidden):
+    "One uninterrupted process, batches of 36, one thread as the launched ones"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        learn = synth_learner_digits(n=768, bs=36, hidden=hidden)
+        with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(3, 1e-2)
+    finally: torch.set_num_threads(threads)
+    return learn
+
+def _same_state(learn, saved):
+    close([p.detach() for p in learn.model.parameters()], saved['params'], 0)
+    for st,exp in zip([learn.opt.state[p] for p,*_ in learn.opt.all_params()], saved['opt'], strict=True):
+        assert exp and all(torch.equal(st[k], v) for k,v in exp.items())
+
+def test_fsdp2_resume_on_other_process_counts(tmp_path):
+    """FSDP2 through `learn.accelerate(fsdp_plugin=...)`: 2 processes, stopped; resumed on 3, each process its own (uneven) shards of the
+    model and of its optimizer state: the same fit as one uninterrupted process. The checkpoint of 2 also loads into one plain process,
+    and as one file into a plain fastai `Learner`."""
+    script = SCRIPTS/'dcp_fsdp.py'
+    run_cmd(torchrun_cmd(2) + [script, tmp_path, '--tag', 'a', '--stop', '0,8'], check=False)
+    a,saved = results(tmp_path, 'a', 2),torch.load(tmp_path/'a-full.pt')
+    assert [(r['dtensor'], r['local'], r['opt_local']) for r in a] == [(True, [25, 25, 5, 5], [25, 25, 5, 5])]*2 # half each
+    ck = latest_checkpoint(tmp_path/'ckpt')
+    assert ck.name == 'ckpt-e0000-b000009-f000' and sorted(p.name for p in ck.iterdir()) == DCP_FILES
+    learn = synth_learner_digits(n=768, bs=36, hidden=50)
+    learn.load_state(ck) # one process, no process group: whole tensors
+    _same_state(learn, saved)
+    checkpoint_to_weights(ck, tmp_path/'models'/'weights.pth')
+    plain = synth_learner_digits(n=768, bs=36, hidden=50, seed=1, path=tmp_path)
+    plain.load('weights') # fastai's own loader
+    _same_state(plain, saved)
+    run_cmd(torchrun_cmd(3) + [script, tmp_path, '--tag', 'd'], check=False)
+    d,final = results(tmp_path, 'd', 3),torch.load(tmp_path/'d-full.pt')
+    assert [(r['dtensor'], r['local'], r['opt_local'], r['resumed_from']) for r in d] == [
+        (True, s, s, ck.name) for s in ([17, 17, 4, 4], [17, 17, 4, 4], [16, 16, 2, 2])] # 50 and 10 rows over 3 processes
+    ref = _one_process_fit(50)
+    close(final['params'], [p.detach() for p in ref.model.parameters()])
+    np.testing.assert_allclose(d[0]['values'], ref.recorder.values, atol=1e-6)

@@ -1,0 +1,150 @@
+"""FSDP2 through `learn.accelerate(fsdp_plugin=...)` and `accelerate launch --use_fsdp --fsdp_version 2` on 2 real CPU processes,
+against DDP on the same data and weights: one launch runs every scenario (tests/scripts/fsdp_scenarios.py). On CPU, Accelerate's FSDP2
+path is forced with the test-only `fastxtend_accel.fsdp._forced_cpu_fsdp`; on GPUs it would not be needed."""
+import os
+import pytest, torch
+from torch import nn, Tensor
+from fastai.learner import load_learner
+from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from fastxtend_accel.core import *
+from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, run_cmd
+from conftest import SCRIPTS
+
+def _launch(cmd, out, n=2):
+    "Run `cmd`; judge it by the result file each rank writes (gloo runs here sometimes abort at exit after finishing)"
+    res = run_cmd(cmd, timeout=900, check=False)
+    files = [out/f'rank{r}.pt' for r in range(n)]
+    if not all(f.exists() for f in files): pytest.fail(f"exit {res.returncode}, missing results\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+    return [torch.load(f, weights_only=False) for f in files]
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+    "tests/scripts/fsdp_scenarios.py on 2 processes started by `accelerate launch --use_fsdp --fsdp_version 2`: that route, then every scenario with DDP and with FSDP2"
+    out = tmp_path_factory.mktemp('fsdp')
+    cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
+                                '--mixed_precision', 'no', '--dynamo_backend', 'no')
+    return _launch(cmd + [SCRIPTS/'fsdp_scenarios.py', out], out), out
+
+def _maxdiff(a, b): return max((x.float()-y.float()).abs().max().item() for x,y in zip(a, b))
+def _state_diff(a, b): return max(_maxdiff([v for v in s.values() if isinstance(v, Tensor) and v.ndim], [v for v in t.values() if isinstance(v, Tensor) and v.ndim]) for s,t in zip(a, b))
+
+_rank_shards = [[('DTensor', (8, 8)), ('DTensor', (8,)), ('DTensor', (1, 16)), ('DTensor', (1,))], # dim 0 split; 1 row: all on rank 0
+                [('DTensor', (8, 8)), ('DTensor', (8,)), ('DTensor', (0, 16)), ('DTensor', (0,))]]
+
+@pytest.mark.parametrize('scenario', ['plain', 'stale_opt', 'accum', 'freeze', 'memory', 'compile'])
+def test_fsdp_matches_ddp(runs, scenario):
+    (r0,r1),_ = runs
+    assert _maxdiff(r0['fsdp'][scenario]['params'], r0['ddp'][scenario]['params']) < 1e-5
+    for a,b in zip(r0['fsdp'][scenario]['params'], r1['fsdp'][scenario]['params']): assert torch.equal(a, b) # one model, gathered
+
+def test_parameters_sharded(runs):
+    (r0,r1),_ = runs
+    for r,expected in zip((r0, r1), _rank_shards):
+        for scenario in ('plain', 'compile'): assert r['fsdp'][scenario]['shards'] == expected
+        assert r['fsdp']['plain']['model_type'] == 'FSDPSequential' and r['ddp']['plain']['model_type'] == 'Sequential'
+        assert r['fsdp']['plain']['opt_is_model'] # fastai's optimizer steps the sharded parameters
+    assert r0['fsdp']['plain']['losses'] == pytest.approx(r0['ddp']['plain']['losses'], abs=1e-5)
+
+def test_memory_halved(runs):
+    (r0,r1),_ = runs
+    ddp = r0['ddp']['memory']['peak']
+    assert ddp['opt'] == 2*ddp['params'] > 0 # Adam: two moments per parameter
+    for r in (r0, r1):
+        fsdp = r['fsdp']['memory']['peak']
+        assert fsdp['total'] <= 0.55*ddp['total'] and fsdp['params'] <= 0.55*ddp['params']
+        assert r['ddp']['memory']['peak'] == ddp # DDP: a full copy on each process
+
+def test_optimizer_built_before_sharding(runs):
+    (r0,_),_ = runs
+    s,d = r0['fsdp']['stale_opt'],r0['ddp']['stale_opt']
+    assert _state_diff(s['opt_state'], d['opt_state']) < 1e-5 # Adam's moments moved onto the shards, not reset
+
+def test_accumulation_and_clip(runs):
+    (r0,r1),_ = runs
+    for r in (r0, r1):
+        a = r['fsdp']['accum']
+        assert a['syncs'] == [False, True]*3 # 6 batches, k=2: no gradient reduction on the first of each pair
+        assert a['norm_types'] == ['DTensor']*3 and r['ddp']['accum']['norm_types'] == ['Tensor']*3
+        assert a['norms'] == pytest.approx(r['ddp']['accum']['norms'], abs=1e-5)
+
+def test_freeze_and_discriminative_lrs(runs):
+    (r0,_),_ = runs
+    f,d = r0['fsdp']['freeze'],r0['ddp']['freeze']
+    for a,b in zip(f['before'][:2], f['frozen'][:2]): assert torch.equal(a, b) # the frozen group did not move
+    for a,b in zip(f['before'][2:], f['frozen'][2:]): assert not torch.equal(a, b)
+    assert f['lrs'] == d['lrs'] and f['lrs'][0] < f['lrs'][1]
+
+def test_bf16(runs):
+    (r0,_),_ = runs
+    f,d = r0['fsdp']['bf16'],r0['ddp']['bf16']
+    assert f['dtypes'] == {'torch.bfloat16'} and f['param_dtypes'] == {'torch.float32'} # bf16 compute, fp32 sharded weights
+    assert f['losses'] == pytest.approx(d['losses'], abs=1e-2) # FSDP2's policy casts weights, DDP autocasts: close, not equal
+    assert _maxdiff(f['params'], d['params']) < 1e-3
+
+def test_eval_on_full_values(runs):
+    (r0,r1),_ = runs
+    for r in (r0, r1):
+        f,d = r['fsdp']['eval'],r['ddp']['eval']
+        assert torch.equal(f['targs'], d['targs']) and _maxdiff([f['preds']], [d['preds']]) < 1e-5
+        assert len(f['preds']) == 40 # every item, in order, on every process
+        assert f['valid'] == pytest.approx(d['valid'], abs=1e-5) and _maxdiff([f['pred']], [d['pred']]) < 1e-5
+        assert _maxdiff([torch.tensor(f['stats'])], [torch.tensor(d['stats'])]) < 1e-5 # ActivationStats over the global batch
+        assert f['lr_valley'] == pytest.approx(d['lr_valley']) and f['lr_restored']
+        assert (f['gather'],f['reduce']) == ([0, 1], 1.)
+    for r,expected in zip((r0, r1), _rank_shards): assert r['fsdp']['eval']['sharded_after'] == expected
+    assert r0['ddp']['eval']['alone'] == 'ran' and 'runs only on every process together' in r0['fsdp']['eval']['alone']
+
+def test_save_load_export(runs):
+    (r0,r1),out = runs
+    s = r0['fsdp']['save']
+    assert _maxdiff(s['loaded'], s['saved']) == 0 and _state_diff(s['loaded_opt'], s['saved_opt']) == 0
+    assert _maxdiff(s['saved'], r0['ddp']['save']['saved']) < 1e-5
+    for r,expected in zip((r0, r1), _rank_shards): assert r['fsdp']['save']['shards'] == expected # loaded back into the shards
+    files = sorted(o.name for o in (out/'fsdp'/'models').iterdir())
+    assert files == ['model.pth'] # one file, full weights
+    sd = torch.load(out/'fsdp'/'models'/'model.pth', weights_only=False)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    model.load_state_dict(sd['model']) # a plain module reads it
+    for a,b in zip(model.parameters(), s['saved']): assert torch.equal(a, b)
+    assert len(sd['opt']['state']) == 4 and sd['opt']['state'][2]['grad_avg'].shape == (1, 16)
+    x = torch.linspace(-1, 1, 40).view(5, 8)
+    for name,preds in (('export.pkl', s['preds']), ('compiled.pkl', None)):
+        learn = load_learner(out/'fsdp'/name)
+        assert type(learn.model) is nn.Sequential and learn.accelerator is None
+        assert not any(isinstance(p, torch.distributed.tensor.DTensor) for p in learn.model.parameters())
+        if preds is not None: assert torch.equal(learn.model(x), preds)
+        else: assert _maxdiff(list(learn.model.parameters()), r0['fsdp']['compile']['params']) == 0
+
+def test_fsdp_from_environment(runs):
+    (r0,r1),_ = runs
+    assert _maxdiff(r0['env']['params'], r0['fsdp']['plain']['params']) == 0
+    for r,expected in zip((r0, r1), _rank_shards): assert r['env']['shards'] == expected
+
+def test_no_silent_fallback(runs):
+    (r0,_),_ = runs
+    e = r0['errors']
+    for k in ('plugin', 'env'): assert e[k].startswith('ValueError') and 'plain, unsharded DDP' in e[k]
+    assert 'version 2' in e['v1']
+    assert e['ddp_after'] == 'Sequential' # DDP again in the same process afterwards
+
+def test_accelerate_launch_fsdp2(runs):
+    (r0,r1),_ = runs
+    assert r0['launch']['env'] == {'ACCELERATE_USE_FSDP': 'true', 'FSDP_VERSION': '2'}
+    assert [r0['launch']['shards'], r1['launch']['shards']] == _rank_shards
+    assert _maxdiff(r0['launch']['params'], r0['fsdp']['plain']['params']) == 0
+
+@pytest.mark.parametrize('how', ['plugin', 'env'])
+def test_deepspeed_refused(how, monkeypatch):
+    learn = synth_learner_digits(n=64)
+    if how == 'env': monkeypatch.setenv('ACCELERATE_USE_DEEPSPEED', 'true')
+    kwargs = dict(deepspeed_plugin=DeepSpeedPlugin(zero_stage=3)) if how == 'plugin' else {}
+    with pytest.raises(ValueError, match='FSDP2'): learn.accelerate(**kwargs)
+    assert learn.accelerator is None
+
+def test_fsdp_on_one_process_refused():
+    learn = synth_learner_digits(n=64)
+    with pytest.raises(ValueError, match='single process'): learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
+    assert 'ACCELERATE_USE_FSDP' not in os.environ # Accelerate sets it for every later `Accelerator`; the library puts it back
+    with pytest.raises(ValueError, match='version 2 only'): learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin()) # Accelerate's default: 1
+    assert learn.accelerator is None
+    assert learn.accelerate().accelerator.fsdp is False # DDP (here: one process) afterwards
