@@ -220,6 +220,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'fastxtend_accel.data.ShardedDL.to_detach': ( 'data.html#shardeddl.to_detach',
                                                                                     'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._lm_rows': ('data.html#_lm_rows', 'fastxtend_accel/data.py'),
+                                      'fastxtend_accel.data._own_fake_loader': ('data.html#_own_fake_loader', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._plain_sampler': ('data.html#_plain_sampler', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data.is_lm_loader': ('data.html#is_lm_loader', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data.shard_dl': ('data.html#shard_dl', 'fastxtend_accel/data.py')},

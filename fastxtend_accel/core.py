@@ -64,7 +64,7 @@ def _step(self:Learner):
     if self.accelerator is None: return _fastai_step(self)
     self.accelerator.step()
 
-# %% ../nbs/00_core.ipynb #1dc317a0
+# %% ../nbs/00_core.ipynb #41590a19
 class AcceleratorCallback(Callback):
     "Train a `Learner` with Hugging Face Accelerate: DDP, sharded data, mixed precision, gradient accumulation"
     order,_default = MixedPrecision.order-5,'accelerator' # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
@@ -91,7 +91,7 @@ class AcceleratorCallback(Callback):
 
     def _set_distributed(self, on):
         "Share the work between processes (`on`) or not, and leave out of the event lists the per-batch events with nothing to do"
-        if getattr(self, 'distributed', None) == on: return # the event lists still hold
+        if vars(self).get('distributed') == on: return # the event lists still hold (not `getattr`: it would ask the `Accelerator`)
         self.distributed = on
         self.idle_events = set() if on else {'after_pred', 'after_loss'}
         if self.n_acc == 1: self.idle_events |= {'before_batch', 'after_batch'}

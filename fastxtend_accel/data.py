@@ -18,11 +18,18 @@ import accelerate.utils as au
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'shard_dl']
 
-# %% ../nbs/04_data.ipynb #5a7dbaba
+# %% ../nbs/04_data.ipynb #b6913d79
 def is_lm_loader(dl):
     "Whether `dl` is fastai's `LMDataLoader` (whose items depend on its `bs`), without importing fastai.text"
     m = sys.modules.get('fastai.text.data')
     return m is not None and isinstance(dl, m.LMDataLoader)
+
+def _own_fake_loader(dl):
+    "A copy of `dl.fake_l` iterating `dl` itself (a `copy` of a loader shares its original's, which iterates the original)"
+    f = copy(dl.fake_l)
+    f.d = f.default = dl
+    f.dataset = f
+    return f
 
 def _lm_rows(dl, world_size, split_batches):
     "`dl` laid out as one process reading the global batch (row `seq % bs`, chunk `seq // bs` of its streams), batching `bs` rows at a time"
@@ -34,7 +41,7 @@ def _lm_rows(dl, world_size, split_batches):
     res.create_item,res.make_chunks = g.create_item,g.make_chunks # items from the global layout; a shuffle re-chunks it
     return res
 
-# %% ../nbs/04_data.ipynb #2af6f0ea
+# %% ../nbs/04_data.ipynb #41d992b6
 class ShardedDL(DistributedDL):
     "A `TfmdDL` giving process `rank` its `bs`-item slice of every global batch of `world_size*bs` items"
     def __init__(self,
@@ -55,6 +62,7 @@ class ShardedDL(DistributedDL):
         elif split_batches:
             dl = copy(dl) # same generator, dataset and transforms; a batch size of its own
             dl.bs //= world_size
+        if dl is not self.source: dl.fake_l = _own_fake_loader(dl) # `one_batch` and iteration of the copy, not of the user's loader
         super().__init__(dl, rank, world_size, device)
 
     def randomize(self):

@@ -258,7 +258,7 @@ def local_bytes(model:nn.Module, # A model, sharded or not
     state = 0 if opt is None else nb(v for st in _states(opt) for s in st.values() for v in s.values() if isinstance(v, Tensor) and v.ndim)
     return dict(params=params, opt=state, total=params+state)
 
-# %% ../nbs/10_fsdp.ipynb #a8e3971f
+# %% ../nbs/10_fsdp.ipynb #53dc5584
 def _full(t): return t.full_tensor() if isinstance(t, DTensor) else t
 
 def _main(): return not dist.is_initialized() or dist.get_rank() == 0
@@ -308,7 +308,7 @@ def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2
              with_opt:bool=False # Gather the optimizer state too
             ):
     "Inside, on the main process, `learn.model` is a plain copy with the full weights (and `learn.opt` has full state); every process must enter"
-    if not is_sharded(learn.model):
+    if getattr(learn, 'accelerator', None) is None or not is_sharded(learn.model): # a user's own `fully_shard`: fastai's way
         yield
         return
     model = _unsharded_model(learn.model)
@@ -318,7 +318,7 @@ def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2
         return
     with _swapped(learn, model, states): yield
 
-# %% ../nbs/10_fsdp.ipynb #88033227
+# %% ../nbs/10_fsdp.ipynb #69e683c0
 _load = kept(Learner, 'load', 'pre_fsdp')
 
 @patch
@@ -326,7 +326,7 @@ _load = kept(Learner, 'load', 'pre_fsdp')
 def load(self:Learner, file, device=None, **kwargs):
     "Load model and optimizer state from `self.path/self.model_dir/file`; into an FSDP2-sharded model, each process keeping its shards"
     model = self.model
-    if not is_sharded(model): return _load(self, file, device, **kwargs)
+    if self.accelerator is None or not is_sharded(model): return _load(self, file, device, **kwargs) # fastai's, unless we sharded it
     if self.opt is None: self.create_opt() # on the sharded parameters
     reshard(model)
     plain = deepcopy(_skeleton(model)).to_empty(device='cpu')

@@ -224,7 +224,7 @@ def _join(o, key, tensors):
     if type(o) in (list, tuple): return type(o)(_join(v, sub(i), tensors) for i,v in enumerate(o))
     return o
 
-# %% ../nbs/02_state.ipynb #ca42f70c
+# %% ../nbs/02_state.ipynb #cd7f4a66
 def _rank(learn): return learn.accelerator.process_index if learn.accelerator else 0
 def _dist_kw(): return dict(no_dist=not (dist.is_available() and dist.is_initialized()))
 
@@ -244,8 +244,12 @@ def _async_group():
     return _async_groups[world]
 
 def _put_in_place(tmp, path):
-    shutil.rmtree(path, ignore_errors=True)
+    "Rename the complete folder `tmp` to `path`; an older `path` is kept aside until then, so a kill never leaves neither"
+    old = path.with_name(f'.old-{path.name}')
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists(): os.replace(path, old)
     os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
 
 # %% ../nbs/02_state.ipynb #9ee2d35f
 @patch

@@ -148,3 +148,32 @@ def test_fsdp_on_one_process_refused():
     with pytest.raises(ValueError, match='version 2 only'): learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin()) # Accelerate's default: 1
     assert learn.accelerator is None
     assert learn.accelerate().accelerator.fsdp is False # DDP (here: one process) afterwards
+
+_OWN_SHARDING = r'''
+import os, sys, json, torch, torch.distributed as dist
+from torch import nn
+os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=sys.argv[2])
+dist.init_process_group('gloo', rank=0, world_size=1)
+from torch.distributed.fsdp import fully_shard
+from fastai.basics import *
+if sys.argv[1] == 'lib': import fastxtend_accel.all
+from fastai.test_utils import synth_learner
+learn = synth_learner(path=sys.argv[3])
+m = nn.Sequential(nn.Linear(1, 1)); fully_shard(m); learn.model = m
+res = {}
+try: res['saved'] = str(learn.save('x', with_opt=False)); learn.load('x', with_opt=False); res['loaded'] = True
+except Exception as e: res['error'] = f'{type(e).__name__}: {e}'
+print(json.dumps(res))
+dist.destroy_process_group()
+'''
+
+def test_own_fully_shard_without_accelerator(tmp_path):
+    "A model the user sharded with `fully_shard`, in a learner without `.accelerate()`: `save`/`load` do what stock fastai does"
+    import json, sys
+    from fastxtend_accel.test_utils import free_port
+    out = {}
+    for mode in ('stock', 'lib'):
+        r = run_cmd([sys.executable, '-c', _OWN_SHARDING, mode, str(free_port()), str(tmp_path/mode)], check=False)
+        out[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out['stock'].get('loaded'), out
+    assert out['lib'] == {**out['stock'], 'saved': out['stock']['saved'].replace('stock', 'lib')}, out
