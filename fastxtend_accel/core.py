@@ -101,7 +101,7 @@ class AcceleratorCallback(Callback):
     @property
     def training(self): return self.learn.training # what fastai's `Callback.__call__` asks, without a lookup in the `Accelerator`
 
-# %% ../nbs/00_core.ipynb #061e01fd
+# %% ../nbs/00_core.ipynb #2e61e267
 _main_only_cbs = (ProgressCallback, ShowGraphCallback, CSVLogger)
 
 @patch
@@ -116,7 +116,7 @@ def before_fit(self:AcceleratorCallback):
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     learn.model = prepare_fsdp(acc, model, learn.opt) if self.fsdp else acc.prepare_model(model, evaluation_mode=not self.distributed)
     self.acc_opt = None if learn.opt is None or not is_fit else acc.prepare_optimizer(learn.opt, device_placement=False)
-    self.old_loaders = [dl.source if isinstance(dl, ShardedDL) else dl for dl in learn.dls.loaders] # and after an interrupted fit
+    self.old_loaders = [ShardedDL.unsharded(dl) for dl in learn.dls.loaders] # and after an interrupted fit
     learn.dls.loaders = [self._shard(dl) for dl in self.old_loaders]
     self.old_logger = learn.logger
     if not acc.is_main_process:
@@ -166,7 +166,7 @@ def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
 @patch
 def before_validate(self:AcceleratorCallback): self.learn.dl,self.in_loop = self._shard(self.learn.dl),True
 
-# %% ../nbs/00_core.ipynb #92c85b66
+# %% ../nbs/00_core.ipynb #1cffbeb9
 @patch
 @contextmanager
 def single_process(self:Learner):
@@ -174,7 +174,7 @@ def single_process(self:Learner):
     cb = self.accelerator
     if cb is None or not cb.distributed: yield self; return
     model,loaders = self.model,self.dls.loaders
-    self.model,self.dls.loaders = cb.accelerator.unwrap_model(model),[dl.source if isinstance(dl, ShardedDL) else dl for dl in loaders]
+    self.model,self.dls.loaders = cb.accelerator.unwrap_model(model),[ShardedDL.unsharded(dl) for dl in loaders]
     cb._set_distributed(False)
     try:
         with forward_refused(model) if cb.fsdp else nullcontext(): yield self # a sharded model runs only on every process together

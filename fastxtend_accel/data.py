@@ -41,7 +41,7 @@ def _lm_rows(dl, world_size, split_batches):
     res.create_item,res.make_chunks = g.create_item,g.make_chunks # items from the global layout; a shuffle re-chunks it
     return res
 
-# %% ../nbs/04_data.ipynb #41d992b6
+# %% ../nbs/04_data.ipynb #91ca4ceb
 class ShardedDL(DistributedDL):
     "A `TfmdDL` giving process `rank` its `bs`-item slice of every global batch of `world_size*bs` items"
     def __init__(self,
@@ -64,6 +64,11 @@ class ShardedDL(DistributedDL):
             dl.bs //= world_size
         if dl is not self.source: dl.fake_l = _own_fake_loader(dl) # `one_batch` and iteration of the copy, not of the user's loader
         super().__init__(dl, rank, world_size, device)
+
+    @staticmethod
+    def unsharded(dl):
+        "The user's loader behind `dl` (`dl` itself when it isn't a `ShardedDL`)"
+        return dl.source if isinstance(dl, ShardedDL) else dl
 
     def randomize(self):
         super().randomize()

@@ -16,7 +16,7 @@ from fastai.text.all import *
 # %% auto #0
 __all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_tabular_df',
            'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs', 'synth_text_learner',
-           'synth_lm_learner', 'digits_images', 'synth_image_learner', 'free_port', 'torchrun_cmd',
+           'synth_lm_learner', 'digits_images', 'synth_image_learner', 'StopAt', 'free_port', 'torchrun_cmd',
            'accelerate_launch_cmd', 'run_cmd', 'start_cmd', 'wait_for', 'kill_group', 'signal_proc']
 
 # %% ../nbs/97_test_utils.ipynb #aeca2da4
@@ -202,7 +202,15 @@ def synth_image_learner(n:int=256, # Images; a fifth, drawn at random, is the va
 app_learners = dict(tabular=synth_tabular_learner, collab=synth_collab_learner, text=synth_text_learner, lm=synth_lm_learner,
                     images=synth_image_learner)
 
-# %% ../nbs/97_test_utils.ipynb #c0ca1935
+# %% ../nbs/97_test_utils.ipynb #0dc51bde
+class StopAt(Callback):
+    "Cancel the fit after training batch `at_iter` of epoch `at_epoch`, as a crash there would"
+    order = 99
+    def __init__(self, at_epoch:int, at_iter:int): store_attr()
+    def after_batch(self):
+        if self.training and (self.epoch, self.iter) == (self.at_epoch, self.at_iter): raise CancelFitException()
+
+# %% ../nbs/97_test_utils.ipynb #8a64e92d
 def free_port()->int:
     "A TCP port on localhost that nothing listens on now"
     with socket.socket() as s:
@@ -220,7 +228,7 @@ def accelerate_launch_cmd(*flags # `accelerate launch` flags
     "The command running `accelerate launch` with `flags`, on a free port; append the script and its arguments"
     return [sys.executable, '-m', 'accelerate.commands.launch', '--main_process_port', str(free_port()), *flags]
 
-# %% ../nbs/97_test_utils.ipynb #b573bc79
+# %% ../nbs/97_test_utils.ipynb #dec7e540
 def _env(env): return {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONWARNINGS': 'ignore', **(env or {})}
 
 def run_cmd(cmd:list, # The command and its arguments
@@ -243,7 +251,7 @@ def start_cmd(cmd:list, # The command and its arguments
     return subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env),
                             start_new_session=True)
 
-# %% ../nbs/97_test_utils.ipynb #4f315ea0
+# %% ../nbs/97_test_utils.ipynb #281fef0c
 def wait_for(cond:Callable, # Returns True when the awaited state is reached
              proc:subprocess.Popen|None=None, # A process that must still be running meanwhile
              timeout:float=180 # Seconds to wait

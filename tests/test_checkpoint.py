@@ -3,7 +3,7 @@ import os, signal, subprocess, sys, time
 import pytest, torch
 from pathlib import Path
 from conftest import SCRIPTS, REPO, torchrun, run
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 
 SCRIPT = SCRIPTS/'resume_train.py'
@@ -96,20 +96,16 @@ def test_bad_checkpoints_change_nothing(tmp_path):
 
 def test_resume_compiled(tmp_path):
     "A compiled learner resumes mid-epoch exactly too"
-    from fastai.basics import Callback, CancelFitException, set_seed
+    from fastai.basics import set_seed
     from fastai.callback.schedule import fit_one_cycle
     import fastxtend_accel.compiler
-    class Crash(Callback):
-        order = 99
-        def after_batch(self):
-            if self.training and self.epoch == 1 and self.iter == 5: raise CancelFitException()
     def fit(cbs):
         set_seed(0)
         learn = synth_learner_digits(n=512, bs=32).compile(backend='aot_eager')
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2, cbs=cbs)
         return learn
     ref = fit([])
-    fit([CheckpointCallback(tmp_path, every_steps=3), Crash()])
+    fit([CheckpointCallback(tmp_path, every_steps=3), StopAt(1, 5)])
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000006-f000'
     res = fit([CheckpointCallback(tmp_path, every_steps=3, resume=True)])
     for a,b in zip(ref.model.parameters(), res.model.parameters()): assert torch.equal(a, b)

@@ -5,10 +5,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 import numpy as np, pytest, torch
-from fastai.basics import Adam, Callback, CancelFitException, L, OptimWrapper
+from fastai.basics import Adam, Callback, L, OptimWrapper
 from fastai.optimizer import ranger
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights
-from fastxtend_accel.test_utils import synth_learner_digits, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
 
 SCRIPTS = Path(__file__).parent/'scripts'
 RESUME = SCRIPTS/'dcp_resume.py'
@@ -87,16 +87,12 @@ def test_async_save_killed_while_writing(tmp_path, reference):
 
 def test_resume_with_other_global_batch(tmp_path):
     "Resumed with another global batch: a warning says so, and the fit goes on from the next item"
-    class Crash(Callback):
-        order = 99
-        def after_batch(self):
-            if self.training and self.epoch == 1 and self.iter == 5: raise CancelFitException()
     class Items(Callback):
         def before_fit(self): self.xbs = []
         def before_batch(self):
             if self.training: self.xbs.append(self.xb[0].clone())
     learn = synth_learner_digits(n=512, bs=32)
-    with learn.no_bar(), learn.no_logging(): learn.fit(3, 1e-2, cbs=[CheckpointCallback(tmp_path, every_steps=3), Crash()])
+    with learn.no_bar(), learn.no_logging(): learn.fit(3, 1e-2, cbs=[CheckpointCallback(tmp_path, every_steps=3), StopAt(1, 5)])
     ck = latest_checkpoint(tmp_path)
     assert ck.name == 'ckpt-e0001-b000006-f000'
     order = torch.load(ck/'state.pt')['position']['order']

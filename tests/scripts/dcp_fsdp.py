@@ -9,7 +9,7 @@ from fastai.basics import *
 from fastxtend_accel.core import *
 from fastxtend_accel.fsdp import gathered, _forced_cpu_fsdp
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
 p.add_argument('out')
@@ -18,16 +18,12 @@ p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this 
 args = p.parse_args()
 out = Path(args.out)
 
-class Stop(Callback):
-    order = 99 # after the checkpoint: the learner ends as the checkpoint holds it
-    def after_batch(self):
-        if self.training and args.stop and (self.epoch, self.iter) == tuple(map(int, args.stop.split(','))): raise CancelFitException()
 
 learn = synth_learner_digits(n=768, bs=36, hidden=50)
 with _forced_cpu_fsdp(): learn.accelerate(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
 resumed_from = latest_checkpoint(out/'ckpt')
 with learn.no_bar(), learn.no_logging():
-    learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Stop()])
+    learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True)] + ([StopAt(*map(int, args.stop.split(',')))] if args.stop else []))
 rank = learn.accelerator.process_index
 params = list(learn.model.parameters())
 local = lambda t: t.to_local().shape[0] if isinstance(t, DTensor) else None
