@@ -64,7 +64,7 @@ def _step(self:Learner):
     if self.accelerator is None: return _fastai_step(self)
     self.accelerator.step()
 
-# %% ../nbs/00_core.ipynb #41590a19
+# %% ../nbs/00_core.ipynb #6b1c5c9c
 class AcceleratorCallback(Callback):
     "Train a `Learner` with Hugging Face Accelerate: DDP, sharded data, mixed precision, gradient accumulation"
     order,_default = MixedPrecision.order-5,'accelerator' # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
@@ -72,6 +72,7 @@ class AcceleratorCallback(Callback):
     def __init__(self,
         accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `accelerator_kwargs`, `accelerate config` and launch flags
         sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` when training on several processes (CUDA only)
+        smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
         **accelerator_kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, ...
     ):
         if accelerator is not None and accelerator_kwargs:
@@ -83,6 +84,7 @@ class AcceleratorCallback(Callback):
         if sync_bn and self.accelerator.device.type == 'cpu':
             raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU. Leave `sync_bn=False` on CPU.")
         self.sync_bn,self.n_acc,self.group,self.sync = sync_bn,self.accelerator.gradient_accumulation_steps,1,True
+        self.smooth_loss_every_batch = smooth_loss_every_batch
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
         self.plain_step = self.accelerator.scaler is None and self.accelerator.distributed_type != DistributedType.XLA
         self._no_sync,self._handlers,self.depth,self.old_loaders = ExitStack(),{},0,None
@@ -127,7 +129,7 @@ def before_fit(self:AcceleratorCallback):
 @patch
 def _shard(self:AcceleratorCallback, dl): return shard_dl(dl, self.accelerator) if self.distributed else dl
 
-# %% ../nbs/00_core.ipynb #6e968661
+# %% ../nbs/00_core.ipynb #e0feb07d
 @patch
 def _restore(self:AcceleratorCallback):
     "Put the learner back as it was before `before_fit`"
@@ -145,6 +147,7 @@ def _restore(self:AcceleratorCallback):
 
 @patch
 def after_fit(self:AcceleratorCallback):
+    if self.distributed: sync_smooth_loss(self.learn) # a fit cancelled mid-epoch: what the `Recorder` recorded since its last epoch
     self.depth -= 1
     if self.depth == 0: self._restore()
 
@@ -200,12 +203,14 @@ def to_detach(self:Learner, b, cpu=True, gather=True):
     if self.accelerator is not None and not self.accelerator.distributed: gather = False # no collective for a process working alone
     return _fastai_to_detach(self, b, cpu, gather)
 
-# %% ../nbs/00_core.ipynb #6a68c402
+# %% ../nbs/00_core.ipynb #b34c4400
 @patch
 def before_train(self:AcceleratorCallback): self.in_loop = True
 
 @patch
-def after_train(self:AcceleratorCallback): self.in_loop = False
+def after_train(self:AcceleratorCallback):
+    self.in_loop = False
+    if self.distributed: sync_smooth_loss(self.learn) # before the `Recorder` logs `train_loss`
 
 @patch
 def after_validate(self:AcceleratorCallback): self.in_loop = False
@@ -284,7 +289,7 @@ def step(self:AcceleratorCallback):
     if self.plain_step: self.learn.opt.step()
     else: self.acc_opt.step()
 
-# %% ../nbs/00_core.ipynb #aaf137a3
+# %% ../nbs/00_core.ipynb #6c226895
 @patch
 def after_pred(self:AcceleratorCallback):
     learn = self.learn
@@ -297,22 +302,20 @@ def after_pred(self:AcceleratorCallback):
 @patch
 def after_loss(self:AcceleratorCallback):
     learn = self.learn
-    if learn.training:
-        if getattr(learn, 'recorder', None) is not None: start_smooth_loss(learn) # runs during the backward
-        return
     if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
         learn.loss = learn.loss_grad = learn.loss.new_zeros(())
 
-# %% ../nbs/00_core.ipynb #83c4622f
+# %% ../nbs/00_core.ipynb #7163fa62
 @patch
 @delegates(AcceleratorCallback)
 def accelerate(self:Learner,
     accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
     sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
+    smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
     **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is the global batch), ...
 ):
     "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
-    cb = AcceleratorCallback(accelerator, sync_bn, **kwargs)
+    cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
     return self.add_cb(cb)
 

@@ -16,32 +16,36 @@ from .patching import fastai_method
 from .collectives import *
 
 # %% auto #0
-__all__ = ['start_smooth_loss']
+__all__ = ['sync_smooth_loss']
 
-# %% ../nbs/06_evaluation.ipynb #7bfd514b
+# %% ../nbs/06_evaluation.ipynb #b83eac3b
 _fastai_smooth_acc = fastai_method(AvgSmoothLoss, 'accumulate')
-
-def start_smooth_loss(learn):
-    "Start summing this batch's loss over the processes for `AvgSmoothLoss`, to run while the backward does"
-    acc = learn.accelerator
-    if (old := acc.__dict__.pop('pending_loss', None)) is not None: old[1].wait() # one left by a batch the Recorder skipped
-    t = learn.loss.detach().mean()
-    acc.pending_loss = t,dist.all_reduce(t, async_op=True)
 
 @patch
 def accumulate(self:AvgSmoothLoss, learn):
     if getattr(learn, 'accelerator', None) is None: return _fastai_smooth_acc(self, learn)
-    if is_distributed(learn):
-        pending = learn.accelerator.__dict__.pop('pending_loss', None) # from `start_smooth_loss`
-        if pending is None: loss = learn.reduce(learn.loss.mean(), 'mean')
-        else: pending[1].wait(); loss = pending[0]/dist.get_world_size() # what `reduce(..., 'mean')` computes
-    else: # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
-        loss = learn.loss.detach()
-        if loss.ndim: loss = loss.mean()
+    loss = learn.loss.detach() # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
+    if loss.ndim: loss = loss.mean()
+    several = is_distributed(learn)
+    own = vars(self).get('own') if several and self.count else None # this process's smoothing, which `sync_smooth_loss` leaves as it is
+    self.val = torch.lerp(loss.cpu(), self.val if own is None else own, self.beta)
+    if several: self.own,self.n_own = self.val,(vars(self).get('n_own', 0) if self.count else 0)+1
     self.count += 1
-    self.val = torch.lerp(loss.detach().cpu(), self.val, self.beta)
 
-# %% ../nbs/06_evaluation.ipynb #cb2045ac
+def sync_smooth_loss(learn):
+    "Make the `Recorder`'s smooth loss, and the values it recorded since the last call, the mean over processes; call on every process alike"
+    sm = getattr(getattr(learn, 'recorder', None), 'smooth_loss', None)
+    n = getattr(sm, 'n_own', 0)
+    if not n or not is_distributed(learn): return
+    losses = learn.recorder.losses
+    n = min(n, len(losses))
+    own = torch.stack([*losses[len(losses)-n:], sm.val]).to(learn.accelerator.device)
+    mean = learn.reduce(own, 'mean').cpu()
+    losses[len(losses)-n:] = list(mean[:-1])
+    sm.val,sm.n_own = mean[-1],0
+    if n: learn.smooth_loss = losses[-1]
+
+# %% ../nbs/06_evaluation.ipynb #d6d92ded
 _fastai_avg_loss_acc,_fastai_avg_metric_acc = [fastai_method(c, 'accumulate') for c in (AvgLoss, AvgMetric)]
 
 def _accumulate_mean(self, learn, val):
@@ -62,7 +66,7 @@ def accumulate(self:AvgMetric, learn):
     if not is_distributed(learn): return _fastai_avg_metric_acc(self, learn)
     _accumulate_mean(self, learn, self.func(learn.pred, *learn.yb))
 
-# %% ../nbs/06_evaluation.ipynb #3a55616f
+# %% ../nbs/06_evaluation.ipynb #60ecc6b9
 _fastai_nan_after_batch = fastai_method(TerminateOnNaNCallback, 'after_batch')
 
 @patch
@@ -71,8 +75,9 @@ def after_batch(self:TerminateOnNaNCallback):
     bad = (~torch.isfinite(self.learn.loss.detach())).any().float()
     if self.learn.reduce(bad, 'max') > 0: raise CancelFitException
 
-# %% ../nbs/06_evaluation.ipynb #89bed91c
+# %% ../nbs/06_evaluation.ipynb #6e2957b8
 _fastai_lrf_before_fit,_fastai_lrf_after_fit = fastai_method(LRFinder, 'before_fit'),fastai_method(LRFinder, 'after_fit')
+_fastai_lrf_after_batch = fastai_method(LRFinder, 'after_batch')
 
 @patch
 def before_fit(self:LRFinder):
@@ -80,6 +85,11 @@ def before_fit(self:LRFinder):
     ParamScheduler.before_fit(self)
     self.saved = deepcopy((get_model(self.learn.model).state_dict(), self.learn.opt.state_dict()))
     self.best_loss = float('inf')
+
+@patch
+def after_batch(self:LRFinder):
+    sync_smooth_loss(self.learn) # it stops when the smooth loss diverges: every process decides from the same value
+    return _fastai_lrf_after_batch(self)
 
 @patch
 def after_fit(self:LRFinder):
@@ -90,7 +100,7 @@ def after_fit(self:LRFinder):
     self.learn.opt.load_state_dict(opt_sd)
     del self.saved
 
-# %% ../nbs/06_evaluation.ipynb #13f9de00
+# %% ../nbs/06_evaluation.ipynb #c204286e
 _fastai_act_hook = fastai_method(ActivationStats, 'hook')
 
 @patch

@@ -71,6 +71,8 @@ def test_sigterm_two_processes(tmp_path_factory):
     run(torchrun(2) + [SCRIPT, d, *opts])
     for res,exp in zip(finals(d, 2), finals(ref, 2)):
         for a,b in zip(res['params'], exp['params']): assert (a - b).abs().max() <= 1e-6
+        assert (torch.stack(res['losses']) - torch.stack(exp['losses'])).abs().max() <= 1e-6
+        assert (res['own_smooth'] - exp['own_smooth']).abs() <= 1e-6 # each process's smoothing went on from its own value
 
 def test_bad_checkpoints_change_nothing(tmp_path):
     learn = synth_learner_digits(n=256)

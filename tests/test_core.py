@@ -28,6 +28,25 @@ def test_ddp_matches_single_process(scenarios):
     assert r0['plain']['items'][0] == list(range(16)) and r1['plain']['items'][0] == list(range(16, 32))
     assert r0['plain']['losses'] == pytest.approx(single['plain']['losses'], abs=1e-4) # smooth loss: mean over processes
 
+def test_smooth_loss_without_collectives(scenarios):
+    "Each process smooths its own losses, with no collective per batch; after each epoch the values are the mean over processes"
+    single,(r0,r1),_ = scenarios
+    one,(a,b) = single['smooth_every_False'],(r0['smooth_every_False'],r1['smooth_every_False'])
+    assert a['calls'] == b['calls'] == [0]*12 # only DDP's gradient all-reduce (not called from Python) in a training batch
+    assert max(abs(x-y) for x,y in zip(a['seen'], b['seen'])) > 1e-3 # during the epoch: each process's own
+    for r in (a, b):
+        assert r['losses'] == pytest.approx(one['losses'], abs=1e-5) # after it: the mean, as one process has it
+        assert r['train_loss'] == pytest.approx(one['train_loss'], abs=1e-5) and r['smooth'] == pytest.approx(one['smooth'], abs=1e-5)
+    assert a['losses'] == b['losses'] and a['train_loss'] == b['train_loss']
+
+def test_smooth_loss_every_batch(scenarios):
+    "`smooth_loss_every_batch=True`: the mean over processes at every batch, for one all-reduce each"
+    single,(r0,r1),_ = scenarios
+    one,(a,b) = single['smooth_every_True'],(r0['smooth_every_True'],r1['smooth_every_True'])
+    assert a['calls'] == b['calls'] == [1]*12
+    assert a['seen'] == b['seen'] and a['seen'] == pytest.approx(one['seen'], abs=1e-5)
+    assert a['losses'] == pytest.approx(r0['smooth_every_False']['losses'], abs=1e-6)
+
 def test_backward_and_allreduce_counts(scenarios):
     single,(r0,r1),_ = scenarios
     assert (r0['plain']['backwards'], r0['plain']['steps'], r0['plain']['allreduces']) == (12, 12, 12)

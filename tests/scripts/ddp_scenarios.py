@@ -141,4 +141,25 @@ if learn.is_main_process:
                         params=params(learn), targ_type=type(targs).__name__)
 learn.wait_for_everyone()
 
+# 9. the smooth loss: each process's own during an epoch, the mean over processes after it, or at every batch when asked;
+# no collective per training batch besides DDP's unless asked
+class SmoothSpy(Callback):
+    "Per training batch: `learn.smooth_loss` as a logger reads it (after the `Recorder`), and the all-reduces called from Python"
+    order = Recorder.order+1
+    def before_fit(self):
+        self.seen,self.calls,self.n = [],[],0
+        self.orig = torch.distributed.all_reduce
+        def counting(*args, **kwargs): self.n += 1; return self.orig(*args, **kwargs)
+        torch.distributed.all_reduce = counting
+    def before_batch(self): self.n = 0
+    def after_batch(self):
+        if self.training: self.seen.append(float(self.learn.smooth_loss)); self.calls.append(self.n)
+    def after_fit(self): torch.distributed.all_reduce = self.orig
+for every in (False, True):
+    learn = regression_learner().accelerate(smooth_loss_every_batch=every)
+    spy = SmoothSpy()
+    learn.fit(2, 1e-3, cbs=spy)
+    res[f'smooth_every_{every}'] = dict(seen=spy.seen, calls=spy.calls, losses=[float(l) for l in learn.recorder.losses],
+                                        train_loss=[v[0] for v in learn.recorder.values], smooth=float(learn.smooth_loss))
+
 torch.save(res, out/f'rank{rank}.pt')
