@@ -361,6 +361,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'fastxtend_accel.state._tensor_cls': ('state.html#_tensor_cls', 'fastxtend_accel/state.py'),
                                        'fastxtend_accel.state._unsafe_globals': ('state.html#_unsafe_globals', 'fastxtend_accel/state.py'),
                                        'fastxtend_accel.state._where': ('state.html#_where', 'fastxtend_accel/state.py'),
+                                       'fastxtend_accel.state._world': ('state.html#_world', 'fastxtend_accel/state.py'),
                                        'fastxtend_accel.state.checkpoint_to_weights': ( 'state.html#checkpoint_to_weights',
                                                                                         'fastxtend_accel/state.py'),
                                        'fastxtend_accel.state.read_state_file': ('state.html#read_state_file', 'fastxtend_accel/state.py'),

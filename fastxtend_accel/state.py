@@ -226,8 +226,9 @@ def _join(o, key, tensors):
     if type(o) in (list, tuple): return type(o)(_join(v, sub(i), tensors) for i,v in enumerate(o))
     return o
 
-# %% ../nbs/02_state.ipynb #cd7f4a66
+# %% ../nbs/02_state.ipynb #a87a8984
 def _rank(learn): return learn.accelerator.process_index if learn.accelerator else 0
+def _world(learn): return learn.accelerator.num_processes if learn.accelerator else 1
 def _dist_kw(): return dict(no_dist=not (dist.is_available() and dist.is_initialized()))
 
 @contextmanager
@@ -271,7 +272,7 @@ def finish_save(self:Learner,
     _put_in_place(tmp, path)
     return path
 
-# %% ../nbs/02_state.ipynb #c7d0f002
+# %% ../nbs/02_state.ipynb #acedad46
 @patch
 def save_state(self:Learner,
     path:str|Path, # Checkpoint folder to write (replaced if it exists)
@@ -305,7 +306,7 @@ def _save_state(self:Learner, path, tmp, position, async_save):
                      recorder=dict(lrs=rec.lrs, iters=rec.iters, losses=rec.losses, values=rec.values, smooth=_obj_state(rec.smooth_loss),
                                    metrics=[_obj_state(m) for m in rec.metrics] if rec.train_metrics else None),
                      cbs=self._cb_states(), position=position or {}, model_desc=_model_desc(self.model),
-                     world_size=self.accelerator.num_processes if self.accelerator else 1)
+                     world_size=_world(self))
         _atomic_save(_encode(state), tmp/'state.pt')
     with _one_process_quiet():
         if async_save:
@@ -378,7 +379,7 @@ def _opt_tensors(opt, md, devices):
         return _empty(m, 'cpu' if devices.get(k, 'cpu') == 'cpu' else (p if p is not None else params[0]).device)
     return {k[4:]: empty(k[4:], m) for k,m in md.items() if k.startswith('opt.')}
 
-# %% ../nbs/02_state.ipynb #e313b951
+# %% ../nbs/02_state.ipynb #a92ab910
 @patch
 def load_state(self:Learner,
     path:str|Path, # Checkpoint folder written by `save_state`, on any number of processes
@@ -406,8 +407,8 @@ def load_state(self:Learner,
     scaler = getattr(self.accelerator, 'scaler', None) if self.accelerator is not None else None
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])
     self._restore_recorder(state['recorder'])
-    sm,n = self.recorder.smooth_loss,self.accelerator.num_processes if self.accelerator is not None else 1
-    vars(sm).update(n_own=0, own=rng.get('own_smooth') if state['world_size'] == n else None) # else each starts from the mean
+    same_world = state['world_size'] == _world(self)
+    vars(self.recorder.smooth_loss).update(n_own=0, own=rng.get('own_smooth') if same_world else None) # else each starts from the mean
     self._restore_cbs(state['cbs'])
     if with_rng: set_rng_state(self, rng)
     return dict(state['position'], rng=rng, recorder=state['recorder'], world_size=state['world_size'])
