@@ -195,6 +195,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                        'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core.Learner.to_detach': ('core.html#learner.to_detach', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core.Optimizer.step': ('core.html#optimizer.step', 'fastxtend_accel/core.py'),
+                                      'fastxtend_accel.core._check_cpu_bf16': ('core.html#_check_cpu_bf16', 'fastxtend_accel/core.py'),
+                                      'fastxtend_accel.core._cpu_bf16_runs': ('core.html#_cpu_bf16_runs', 'fastxtend_accel/core.py'),
                                       'fastxtend_accel.core.main_process_only': ('core.html#main_process_only', 'fastxtend_accel/core.py')},
             'fastxtend_accel.data': { 'fastxtend_accel.data.ShardedDL': ('data.html#shardeddl', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data.ShardedDL.__init__': ( 'data.html#shardeddl.__init__',

@@ -235,6 +235,24 @@ def distributed_eval(self:Learner):
     finally: cb.shared_eval = old
 
 # %% ../nbs/00_core.ipynb #818893fb
+@functools.cache
+def _cpu_bf16_runs(rnn:type)->bool:
+    "Whether torch's CPU bf16 autocast runs `rnn` (`nn.LSTM`, `nn.GRU`, `nn.RNN`) on this CPU"
+    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the forward
+    with torch.random.fork_rng(devices=[]): # the probe's weights must not move the user's random state
+        try:
+            with torch.autocast('cpu', dtype=torch.bfloat16): rnn(2, 2, batch_first=True)(torch.zeros(1, 1, 2))
+            return True
+        except RuntimeError: return False
+
+def _check_cpu_bf16(acc, model):
+    "Refuse, before training, a model whose recurrent layers torch's CPU bf16 autocast can't run here"
+    if acc.mixed_precision != 'bf16' or acc.device.type != 'cpu': return
+    bad = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))})
+    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has no bf16 kernel for "
+                             f"its instruction set; CPUs with AVX-512 have one): train this model with `.accelerate(mixed_precision='no')` "
+                             "here, or in bf16 on a CPU with AVX-512 or a GPU.")
+
 @patch
 def _check_callbacks(self:AcceleratorCallback):
     learn,acc = self.learn,self.accelerator
@@ -254,6 +272,7 @@ def _check_callbacks(self:AcceleratorCallback):
         k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
         raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
                          f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
+    _check_cpu_bf16(acc, learn.model)
 
 # %% ../nbs/00_core.ipynb #04f3169d
 @patch

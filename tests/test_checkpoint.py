@@ -55,6 +55,7 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference):
     for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
     assert res['values'] == reference['values']
 
+@pytest.mark.bf16
 def test_sigterm_two_processes(tmp_path_factory):
     "2 processes in bf16 with gradient accumulation, SIGTERM to torchrun mid-epoch, then resumed"
     ref,d = tmp_path_factory.mktemp('ref2'),tmp_path_factory.mktemp('term2')
@@ -69,7 +70,7 @@ def test_sigterm_two_processes(tmp_path_factory):
     # each process wrote its part of the tensors (DCP) and its random states; the main process the rest
     assert sorted(p.name for p in ck.iterdir()) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
     run(torchrun(2) + [SCRIPT, d, *opts])
-    for res,exp in zip(finals(d, 2), finals(ref, 2)):
+    for res,exp in zip(finals(d, 2), finals(ref, 2)): # resumed vs uninterrupted, in bf16: < 1e-8 here
         for a,b in zip(res['params'], exp['params']): assert (a - b).abs().max() <= 1e-6
         assert (torch.stack(res['losses']) - torch.stack(exp['losses'])).abs().max() <= 1e-6
         assert (res['own_smooth'] - exp['own_smooth']).abs() <= 1e-6 # each process's smoothing went on from its own value

@@ -68,6 +68,7 @@ def test_inductor_fit_matches_eager():
     eager = train_losses(digits(n=500), 1)
     compiled = train_losses(digits(n=500).compile(), 1)
     assert graphs() >= 1
+    # inductor's fused C++ kernels sum in another order than eager's (and their vector width follows the CPU): < 1e-5 here
     assert torch.allclose(torch.tensor(compiled), torch.tensor(eager), atol=1e-3), (compiled, eager)
 
 @pytest.mark.parametrize('drop_last', [True, False])
@@ -140,7 +141,7 @@ def test_regional_compiles_each_block_and_matches_eager():
     compiled = train_losses(learn, 1)
     assert all(b._compiled_call_impl is not None for b in learn.model.blocks)
     assert learn.model._compiled_call_impl is None and learn.model.stem._compiled_call_impl is None
-    assert torch.allclose(torch.tensor(compiled), torch.tensor(eager), atol=1e-4)
+    assert torch.allclose(torch.tensor(compiled), torch.tensor(eager), atol=1e-4) # aot_eager runs eager's kernels: < 1e-6 here
     assert graphs() <= 3, "the blocks should share their graphs"
 
 ## Graph breaks
@@ -248,6 +249,7 @@ def test_fine_tune_compile_frozen(compile_frozen, expected):
 
 ## With Accelerate
 
+@pytest.mark.bf16
 def test_accelerate_bf16_either_order_same_losses():
     def losses(compile_first):
         learn = digits(n=256, bs=32)
@@ -264,6 +266,7 @@ def free_port():
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
+@pytest.mark.bf16
 def test_two_processes_bf16_compiled(tmp_path):
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_addr', '127.0.0.1',
            '--master_port', str(free_port()), str(SCRIPTS/'compile_ddp.py'), str(tmp_path)]
@@ -271,14 +274,17 @@ def test_two_processes_bf16_compiled(tmp_path):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-4000:]
     r0,r1 = [torch.load(tmp_path/f'rank{i}.pt') for i in range(2)]
-    for name in ('compile_first', 'accelerate_first', 'fp32'):
+    for name in ('compile_first', 'accelerate_first', 'eager', 'fp32'):
         assert r0[name]['num_processes'] == 2 and (r0[name]['rank'], r1[name]['rank']) == (0, 1)
-        assert r0[name]['compiled'] and r0[name]['model_type'] == 'Sequential' and r0[name]['graphs'] >= 1
+        assert r0[name]['compiled'] == (name != 'eager') and r0[name]['model_type'] == 'Sequential'
         assert torch.equal(r0[name]['weights'], r1[name]['weights']), f"{name}: weights differ across ranks"
-    assert r0['compile_first']['mixed_precision'] == 'bf16'
+    assert r0['compile_first']['mixed_precision'] == 'bf16' and r0['compile_first']['graphs'] >= 1
     assert torch.equal(r0['compile_first']['weights'], r0['accelerate_first']['weights']), "the two orders trained differently"
     bf16,fp32 = r0['compile_first']['weights'],r0['fp32']['weights']
-    assert not torch.equal(bf16, fp32) and torch.allclose(bf16, fp32, atol=0.05), "bf16 should change the weights a little"
+    # compiled (aot_eager) and eager bf16 run the same ops on the same batches: equal on any CPU. Not compared with fp32 within a
+    # tolerance: bf16's rounding moves these weights by ~0.05 after 8 Adam steps, as much as a step moves them
+    assert torch.equal(bf16, r0['eager']['weights']), "compiling changed what bf16 trains"
+    assert not torch.equal(bf16, fp32), "bf16 trained as fp32"
     start = synth_learner_digits(n=256, bs=32, seed=42).model
     assert not torch.equal(bf16, torch.cat([p.detach().flatten() for p in start.parameters()])), "nothing trained"
 

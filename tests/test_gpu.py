@@ -137,6 +137,7 @@ def test_inductor_on_cuda(mode):
     assert is_compiled(learn.model) and counts[0] >= 1, "nothing was compiled"
     assert counts[0]-1 <= 2, f"{counts[0]-1} recompiles in the first fit"
     assert counts[1] == counts[0], f"the second fit recompiled ({counts})"
+    # Triton's fused kernels vs eager's cuBLAS: sums in other orders, over two fits; not yet measured on a GPU
     for v,e in zip(values, eager_values):
         assert close(v[:2], e[:2], 2e-3) and abs(v[2]-e[2]) < 0.01, (values, eager_values) # losses, accuracy
     preds,targs = learn.get_preds()
@@ -153,6 +154,7 @@ def test_compile_with_bf16():
         counts.append(graphs())
     assert counts[0] >= 1 and counts[0]-1 <= 2 and counts[1]-counts[0] <= 2, f"graphs after each fit: {counts}"
     valid,acc = learn.recorder.values[-1][1:]
+    # digits reach ~0.95 in 3 epochs; compiled bf16 vs eager bf16: other kernels, the same rounding to bf16, losses of ~0.2
     assert acc > 0.9 and abs(valid - eager.recorder.values[-1][1]) < 0.1, (learn.recorder.values, eager.recorder.values)
 
 ## Checkpoints
@@ -185,7 +187,7 @@ def test_checkpoint_resumes_on_gpu_exactly_and_loads_on_cpu(tmp_path, precision)
     # the same checkpoint on the CPU, without Accelerate: every tensor comes back on the CPU, and training goes on
     cpu = dropout_digits()
     cpu.load_state(tmp_path/'ck')
-    saved = torch.load(tmp_path/'ck'/'state.pt', map_location='cpu', weights_only=True)['model']
+    saved = torch.load(checkpoint_to_weights(tmp_path/'ck', tmp_path/'ck.pth', with_opt=False), map_location='cpu', weights_only=True)
     assert all(not v.is_cuda and torch.equal(v, saved[k]) for k,v in cpu.model.state_dict().items())
     fit(cpu)
     assert not next(cpu.model.parameters()).is_cuda and cpu.recorder.values[-1][2] > 0.5, cpu.recorder.values
@@ -200,6 +202,7 @@ def test_one_process_torchrun_on_the_gpu(tmp_path):
     assert res['world'] == 1 and all(p.is_cuda for p in res['params'])
     learn = synth_learner_digits(n=256, bs=32).accelerate()
     fit(learn)
+    # the same kernels in another process; cuBLAS may choose another algorithm there (another order of sums)
     assert all(torch.allclose(a, b, atol=1e-5) for a,b in zip(res['params'], learn.model.parameters()))
 
 ## The GPU benchmark's smoke run (no GPU needed)

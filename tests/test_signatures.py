@@ -127,4 +127,4 @@ def test_stock_positional_calls(tmp_path):
         def after_batch(self): self.lrs = [max(a, h['lr']) for a,h in zip(self.lrs, self.opt.hypers)]
     rec = MaxLrs()
     with learn.no_bar(), learn.no_logging(): learn.fine_tune(1, 1e-2, 1, 10, cbs=rec) # `lr_mult` 4th
-    assert abs(rec.lrs[1]/rec.lrs[0] - 10) < 1e-6, rec.lrs
+    assert abs(rec.lrs[1]/rec.lrs[0] - 10) < 1e-6, rec.lrs # the float division of two learning rates

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Set up, check the exported modules match the notebooks, run the notebooks' lessons, then pytest; fail if anything was left in the tree.
+# bf16 on CPU runs on kernels that depend on the instruction set (native bf16 with avx512_bf16/AMX, emulated with AVX-512, no bf16
+# LSTM with AVX2 alone): the bf16 lessons and tests run once as this CPU is and once as on an AVX2 CPU, whose kernels oneDNN,
+# torch's own vectorized code and MKL pick when told the CPU has no more than AVX2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); bf16 instructions: $(grep -o -w 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | xargs || true)"
 
 state() { { git diff; git status --porcelain --untracked-files=all; } | sha1sum; }
 before=$(state)
@@ -15,12 +19,30 @@ if [ "$before" != "$(state)" ]; then
 fi
 echo "notebooks and modules in sync"
 
+avx2() { ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 "$@"; }
 .venv/bin/nbdev-test --flags multiproc
+for nb in $(grep -l "mixed_precision='bf16'" nbs/*.ipynb); do
+  echo -n "$nb as on an AVX2 CPU: "; avx2 .venv/bin/nbdev-test --flags multiproc "$nb"
+done
+
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+pytest() { .venv/bin/python -m pytest -q -p no:cacheprovider "$@"; }
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider tests || status=$?
+pytest --junitxml="$reports/as-is.xml" tests || status=$?
+echo "bf16 tests as on an AVX2 CPU (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2):"
+avx2 pytest -m bf16 --junitxml="$reports/avx2.xml" tests || status=$?
 if [ "$before" != "$(state)" ]; then
   echo "the tests left files in the working tree (they must write to temporary folders):" >&2
   git status --porcelain --untracked-files=all >&2
   exit 1
 fi
+.venv/bin/python - "$reports"/*.xml <<'EOF'
+import sys, xml.etree.ElementTree as ET
+n = dict(tests=0, failures=0, errors=0, skipped=0)
+for f in sys.argv[1:]:
+    for s in ET.parse(f).getroot().iter('testsuite'):
+        for k in n: n[k] += int(s.get(k, 0))
+print(f"all: {n['tests']-n['failures']-n['errors']-n['skipped']} passed, {n['failures']+n['errors']} failed, {n['skipped']} skipped")
+EOF
 exit $status
