@@ -5,16 +5,28 @@
 # %% ../nbs/02_collectives.ipynb #a78473e5
 from __future__ import annotations
 from enum import Enum
+from typing import Protocol
 import torch
 import torch.distributed as dist
 from fastai.basics import *
 import accelerate.utils as au
 
 # %% auto #0
-__all__ = ['is_distributed', 'Reduction']
+__all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction']
 
 # %% ../nbs/02_collectives.ipynb #45637cec
 Learner.accelerator = None
+
+class AttachedAccelerator(Protocol):
+    "What this library's modules below `core` read of `learn.accelerator` (`core.AcceleratorCallback` provides it)"
+    distributed:bool # The work is shared between the processes now: a fit on several, not an evaluation on one
+    device:torch.device # Where batches, and the tensors of collectives, go
+    num_processes:int # Processes in this run
+    process_index:int # This process's index
+    is_main_process:bool # The process that prints, logs and writes single files
+    is_local_main_process:bool # The first process on this machine
+    smooth_loss_every_batch:bool # Average the smooth loss over the processes at every batch, not once an epoch
+    def wait_for_everyone(self): "Wait until every process gets here"
 
 def is_distributed(learn # A `Learner`, or any object standing in for one
                   )->bool:
@@ -70,13 +82,13 @@ def reduce(self:Learner,
     reduction:str|Reduction='sum', # 'sum', 'mean', 'max' or 'min'
     scale:float=1.0 # Multiply the result by this
 )->Tensor:
-    "`tensor` combined element-wise across processes with `reduction`, times `scale`"
+    "A new tensor, detached: `tensor` combined element-wise across processes with `reduction`, times `scale`"
     try: op = Reduction(reduction)
     except ValueError: raise ValueError(f"Unknown reduction {reduction!r}: use one of {[o.value for o in Reduction]}") from None
-    if not is_distributed(self): return tensor*scale if scale != 1 else tensor
     res = tensor.detach().clone()
-    dist.all_reduce(res, op=getattr(dist.ReduceOp, _reduce_ops[op.value]))
-    if op == Reduction.mean: res /= dist.get_world_size()
+    if is_distributed(self):
+        dist.all_reduce(res, op=getattr(dist.ReduceOp, _reduce_ops[op.value]))
+        if op == Reduction.mean: res /= dist.get_world_size()
     return res*scale if scale != 1 else res
 
 # %% ../nbs/02_collectives.ipynb #f5566f6a

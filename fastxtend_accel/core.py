@@ -68,6 +68,9 @@ def _step(self:Learner):
 class AcceleratorCallback(Callback):
     "Train a `Learner` with Hugging Face Accelerate: DDP, sharded data, mixed precision, gradient accumulation"
     order,_default = MixedPrecision.order-5,'accelerator' # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
+    distributed = None # The work is shared between processes now (`AttachedAccelerator`): set by `_set_distributed`
+    sync = True # This training batch ends its accumulation group: the optimizer steps (read by `CheckpointCallback`)
+    in_loop = False # A fit's own training or validation loop is running (not a callback's own batch)
     @delegates(Accelerator, but=['device_placement'])
     def __init__(self,
         accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `accelerator_kwargs`, `accelerate config` and launch flags
@@ -80,28 +83,82 @@ class AcceleratorCallback(Callback):
         if accelerator is not None: check_accelerator(accelerator) # no DeepSpeed, no FSDP that would silently not shard
         self.accelerator = accelerator if accelerator is not None else make_accelerator(**accelerator_kwargs)
         self.fsdp_plugin = fsdp2_plugin(self.accelerator) # FSDP2: the model is sharded at the first fit, and stays so
-        self.fsdp = self.fsdp_plugin is not None
+        self.fsdp = self.fsdp_plugin is not None # The model is sharded with FSDP2 (read by `CompilerCallback`)
         if sync_bn and self.accelerator.device.type == 'cpu':
             raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU. Leave `sync_bn=False` on CPU.")
-        self.sync_bn,self.n_acc,self.group,self.sync = sync_bn,self.accelerator.gradient_accumulation_steps,1,True
+        self.sync_bn,self.n_acc,self.group = sync_bn,self.accelerator.gradient_accumulation_steps,1
         self.smooth_loss_every_batch = smooth_loss_every_batch
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
         self.plain_step = self.accelerator.scaler is None and self.accelerator.distributed_type != DistributedType.XLA
-        self._no_sync,self._handlers,self.depth,self.old_loaders = ExitStack(),{},0,None
-        self.fit_starting,self.shared_eval,self.in_loop = False,False,False
+        self._no_sync,self.depth,self.old_loaders = ExitStack(),0,None
+        self.fit_starting,self.shared_eval = False,False
         self._set_distributed(self.accelerator.num_processes > 1)
 
     def _set_distributed(self, on):
         "Share the work between processes (`on`) or not, and leave out of the event lists the per-batch events with nothing to do"
-        if vars(self).get('distributed') == on: return # the event lists still hold (not `getattr`: it would ask the `Accelerator`)
+        if self.distributed == on: return # the event lists still hold
         self.distributed = on
         self.idle_events = set() if on else {'after_pred', 'after_loss'}
         if self.n_acc == 1: self.idle_events |= {'before_batch', 'after_batch'}
         if self.n_acc == 1 and self.accelerator.scaler is None: self.idle_events.add('before_step')
-        self._handlers.clear()
+        if self.learn is not None: reset_event_lists(self.learn)
 
     @property
-    def training(self): return self.learn.training # what fastai's `Callback.__call__` asks, without a lookup in the `Accelerator`
+    def training(self): return self.learn.training # what fastai's `Callback.__call__` asks (not the `Accelerator`'s)
+
+# %% ../nbs/08_core.ipynb #7163fa62
+@patch
+@delegates(AcceleratorCallback)
+def accelerate(self:Learner,
+    accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
+    sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
+    smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
+    **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is the global batch), ...
+):
+    "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
+    cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
+    self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
+    return self.add_cb(cb)
+
+# %% ../nbs/08_core.ipynb #818893fb
+@functools.cache
+def _cpu_bf16_runs(rnn:type)->bool:
+    "Whether torch's CPU bf16 autocast runs `rnn` (`nn.LSTM`, `nn.GRU`, `nn.RNN`) on this CPU"
+    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the forward
+    with torch.random.fork_rng(devices=[]): # the probe's weights must not move the user's random state
+        try:
+            with torch.autocast('cpu', dtype=torch.bfloat16): rnn(2, 2, batch_first=True)(torch.zeros(1, 1, 2))
+            return True
+        except RuntimeError: return False
+
+def _check_cpu_bf16(acc, model):
+    "Refuse, before training, a model whose recurrent layers torch's CPU bf16 autocast can't run here"
+    if acc.mixed_precision != 'bf16' or acc.device.type != 'cpu': return
+    bad = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))})
+    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has no bf16 kernel for "
+                             f"its instruction set; CPUs with AVX-512 have one): train this model with `.accelerate(mixed_precision='no')` "
+                             "here, or in bf16 on a CPU with AVX-512 or a GPU.")
+
+@patch
+def _check_callbacks(self:AcceleratorCallback):
+    learn,acc = self.learn,self.accelerator
+    if acc.mixed_precision != self.precision:
+        raise ValueError(f"This learner was set up for mixed_precision={self.precision!r}, but a later `Accelerator` in this process "
+                         f"switched Accelerate to {acc.mixed_precision!r}: call `learn.accelerate(...)` again before fitting.")
+    if fsdp2_plugin(acc) is not self.fsdp_plugin:
+        raise ValueError("A later `Accelerator` in this process replaced the FSDP setup this learner was accelerated with "
+                         "(Accelerate keeps one per process): call `learn.accelerate(...)` again before fitting.")
+    if acc.mixed_precision != 'no' and any(isinstance(cb, MixedPrecision) for cb in learn.cbs):
+        raise ValueError(f"fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's mixed_precision={acc.mixed_precision!r} "
+                         f"would both autocast and scale: remove it with `learn.remove_cb(MixedPrecision)` (or `to_fp32()`) "
+                         "and keep Accelerate's, or use `.accelerate(mixed_precision='no')`.")
+    ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
+    if ga:
+        bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
+        k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
+        raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
+                         f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
+    _check_cpu_bf16(acc, learn.model)
 
 # %% ../nbs/08_core.ipynb #2e61e267
 _main_only_cbs = (ProgressCallback, ShowGraphCallback, CSVLogger)
@@ -140,7 +197,7 @@ def _restore(self:AcceleratorCallback):
     learn.model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False)
     if self.fsdp: reshard(learn.model) # an evaluation leaves the root module's full parameters allocated
     learn.dls.loaders,learn.logger,self.old_loaders = self.old_loaders,self.old_logger,None
-    if learn.opt is not None: vars(learn.opt).pop('step', None) # `AcceleratedOptimizer` patches the step when it has a scaler
+    if learn.opt is not None: restore_step(learn.opt) # `AcceleratedOptimizer` replaces it when it has a scaler
     self.acc_opt = None
     release_prepared(acc) # Accelerate's references to the wrapped model and optimizer, without its garbage collection
     self._set_distributed(acc.num_processes > 1)
@@ -168,6 +225,56 @@ def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, star
 # %% ../nbs/08_core.ipynb #8fe56cb9
 @patch
 def before_validate(self:AcceleratorCallback): self.learn.dl,self.in_loop = self._shard(self.learn.dl),True
+
+# %% ../nbs/08_core.ipynb #04f3169d
+@patch
+def before_batch(self:AcceleratorCallback):
+    if not self.learn.training or self.n_acc == 1: return
+    i,n = self.learn.iter,self.learn.n_iter
+    start = i - i%self.n_acc
+    self.group = min(self.n_acc, n-start)
+    self.sync = i+1 == start+self.group
+    self._no_sync.close()
+    if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
+
+@patch
+def after_batch(self:AcceleratorCallback): self._no_sync.close()
+
+# %% ../nbs/08_core.ipynb #7729d484
+@patch
+def backward(self:AcceleratorCallback, loss):
+    "`Accelerator.backward` on `loss`, averaged over the batches of its accumulation group"
+    acc = self.accelerator
+    scale = acc.gradient_accumulation_steps/self.group # Accelerate divides by its steps; we want the group's size
+    acc.backward(loss if scale == 1 else loss*scale)
+
+# %% ../nbs/08_core.ipynb #8af71e70
+@patch
+def before_step(self:AcceleratorCallback):
+    if not self.sync: raise CancelBatchException() # accumulate: no step, no zero_grad
+    if self.accelerator.scaler is not None: self.accelerator.scaler.unscale_(self.learn.opt)
+
+@patch
+def step(self:AcceleratorCallback):
+    "Step the optimizer, through Accelerate's `AcceleratedOptimizer` where it has work to do"
+    if self.plain_step: self.learn.opt.step()
+    else: self.acc_opt.step()
+
+# %% ../nbs/08_core.ipynb #6c226895
+@patch
+def after_pred(self:AcceleratorCallback):
+    learn = self.learn
+    if learn.training or not isinstance(learn.dl, ShardedDL): return
+    n = learn.dl.n_real(learn.dl.rank)
+    if n == find_bs(learn.pred): return
+    cut = lambda b: apply(lambda o: o[:n] if isinstance(o, Tensor) and o.ndim else o, b)
+    learn.pred,learn.yb,learn.xb = cut(learn.pred),cut(learn.yb),cut(learn.xb)
+
+@patch
+def after_loss(self:AcceleratorCallback):
+    learn = self.learn
+    if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
+        learn.loss = learn.loss_grad = learn.loss.new_zeros(())
 
 # %% ../nbs/08_core.ipynb #1cffbeb9
 @patch
@@ -233,110 +340,6 @@ def distributed_eval(self:Learner):
     old,cb.shared_eval = cb.shared_eval,True
     try: yield self
     finally: cb.shared_eval = old
-
-# %% ../nbs/08_core.ipynb #818893fb
-@functools.cache
-def _cpu_bf16_runs(rnn:type)->bool:
-    "Whether torch's CPU bf16 autocast runs `rnn` (`nn.LSTM`, `nn.GRU`, `nn.RNN`) on this CPU"
-    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the forward
-    with torch.random.fork_rng(devices=[]): # the probe's weights must not move the user's random state
-        try:
-            with torch.autocast('cpu', dtype=torch.bfloat16): rnn(2, 2, batch_first=True)(torch.zeros(1, 1, 2))
-            return True
-        except RuntimeError: return False
-
-def _check_cpu_bf16(acc, model):
-    "Refuse, before training, a model whose recurrent layers torch's CPU bf16 autocast can't run here"
-    if acc.mixed_precision != 'bf16' or acc.device.type != 'cpu': return
-    bad = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))})
-    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has no bf16 kernel for "
-                             f"its instruction set; CPUs with AVX-512 have one): train this model with `.accelerate(mixed_precision='no')` "
-                             "here, or in bf16 on a CPU with AVX-512 or a GPU.")
-
-@patch
-def _check_callbacks(self:AcceleratorCallback):
-    learn,acc = self.learn,self.accelerator
-    if acc.mixed_precision != self.precision:
-        raise ValueError(f"This learner was set up for mixed_precision={self.precision!r}, but a later `Accelerator` in this process "
-                         f"switched Accelerate to {acc.mixed_precision!r}: call `learn.accelerate(...)` again before fitting.")
-    if fsdp2_plugin(acc) is not self.fsdp_plugin:
-        raise ValueError("A later `Accelerator` in this process replaced the FSDP setup this learner was accelerated with "
-                         "(Accelerate keeps one per process): call `learn.accelerate(...)` again before fitting.")
-    if acc.mixed_precision != 'no' and any(isinstance(cb, MixedPrecision) for cb in learn.cbs):
-        raise ValueError(f"fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's mixed_precision={acc.mixed_precision!r} "
-                         f"would both autocast and scale: remove it with `learn.remove_cb(MixedPrecision)` (or `to_fp32()`) "
-                         "and keep Accelerate's, or use `.accelerate(mixed_precision='no')`.")
-    ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
-    if ga:
-        bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
-        k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
-        raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
-                         f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
-    _check_cpu_bf16(acc, learn.model)
-
-# %% ../nbs/08_core.ipynb #04f3169d
-@patch
-def before_batch(self:AcceleratorCallback):
-    if not self.learn.training or self.n_acc == 1: return
-    i,n = self.learn.iter,self.learn.n_iter
-    start = i - i%self.n_acc
-    self.group = min(self.n_acc, n-start)
-    self.sync = i+1 == start+self.group
-    self._no_sync.close()
-    if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
-
-@patch
-def after_batch(self:AcceleratorCallback): self._no_sync.close()
-
-# %% ../nbs/08_core.ipynb #7729d484
-@patch
-def backward(self:AcceleratorCallback, loss):
-    "`Accelerator.backward` on `loss`, averaged over the batches of its accumulation group"
-    acc = self.accelerator
-    scale = acc.gradient_accumulation_steps/self.group # Accelerate divides by its steps; we want the group's size
-    acc.backward(loss if scale == 1 else loss*scale)
-
-# %% ../nbs/08_core.ipynb #8af71e70
-@patch
-def before_step(self:AcceleratorCallback):
-    if not self.sync: raise CancelBatchException() # accumulate: no step, no zero_grad
-    if self.accelerator.scaler is not None: self.accelerator.scaler.unscale_(self.learn.opt)
-
-@patch
-def step(self:AcceleratorCallback):
-    "Step the optimizer, through Accelerate's `AcceleratedOptimizer` where it has work to do"
-    if self.plain_step: self.learn.opt.step()
-    else: self.acc_opt.step()
-
-# %% ../nbs/08_core.ipynb #6c226895
-@patch
-def after_pred(self:AcceleratorCallback):
-    learn = self.learn
-    if learn.training or not isinstance(learn.dl, ShardedDL): return
-    n = learn.dl.n_real(learn.dl.rank)
-    if n == find_bs(learn.pred): return
-    cut = lambda b: apply(lambda o: o[:n] if isinstance(o, Tensor) and o.ndim else o, b)
-    learn.pred,learn.yb,learn.xb = cut(learn.pred),cut(learn.yb),cut(learn.xb)
-
-@patch
-def after_loss(self:AcceleratorCallback):
-    learn = self.learn
-    if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
-        learn.loss = learn.loss_grad = learn.loss.new_zeros(())
-
-# %% ../nbs/08_core.ipynb #7163fa62
-@patch
-@delegates(AcceleratorCallback)
-def accelerate(self:Learner,
-    accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
-    sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
-    smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
-    **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is the global batch), ...
-):
-    "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
-    cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
-    self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
-    return self.add_cb(cb)
 
 # %% ../nbs/08_core.ipynb #a53c7dc0
 _fastai_save = fastai_method(Learner, 'save')

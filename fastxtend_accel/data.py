@@ -14,6 +14,7 @@ from fastai.distributed import DistributedDL
 from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
+from .patching import own_fake_loader
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl']
@@ -23,13 +24,6 @@ def is_lm_loader(dl):
     "Whether `dl` is fastai's `LMDataLoader` (whose items depend on its `bs`), without importing fastai.text"
     m = sys.modules.get('fastai.text.data')
     return m is not None and isinstance(dl, m.LMDataLoader)
-
-def _own_fake_loader(dl):
-    "A copy of `dl.fake_l` iterating `dl` itself (a `copy` of a loader shares its original's, which iterates the original)"
-    f = copy(dl.fake_l)
-    f.d = f.default = dl
-    f.dataset = f
-    return f
 
 def _lm_rows(dl, world_size, split_batches):
     "`dl` laid out as one process reading the global batch (row `seq % bs`, chunk `seq // bs` of its streams), batching `bs` rows at a time"
@@ -62,7 +56,7 @@ class ShardedDL(DistributedDL):
         elif split_batches:
             dl = copy(dl) # same generator, dataset and transforms; a batch size of its own
             dl.bs //= world_size
-        if dl is not self.source: dl.fake_l = _own_fake_loader(dl) # `one_batch` and iteration of the copy, not of the user's loader
+        if dl is not self.source: own_fake_loader(dl) # `one_batch` and iteration of the copy, not of the user's loader
         super().__init__(dl, rank, world_size, device)
 
     @staticmethod

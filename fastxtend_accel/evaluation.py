@@ -20,16 +20,17 @@ __all__ = ['sync_smooth_loss']
 
 # %% ../nbs/04_evaluation.ipynb #b83eac3b
 _fastai_smooth_acc = fastai_method(AvgSmoothLoss, 'accumulate')
-
+AvgSmoothLoss.own,AvgSmoothLoss.n_own = None,0 # on several processes: this process's own smoothing, and the values recorded from it since
+                                                # the last `sync_smooth_loss` (`val` is the mean over processes after it)
 @patch
 def accumulate(self:AvgSmoothLoss, learn):
     if getattr(learn, 'accelerator', None) is None: return _fastai_smooth_acc(self, learn)
     loss = learn.loss.detach() # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
     if loss.ndim: loss = loss.mean()
     several = is_distributed(learn)
-    own = vars(self).get('own') if several and self.count else None # this process's smoothing, which `sync_smooth_loss` leaves as it is
+    own = self.own if several and self.count else None # this process's smoothing, which `sync_smooth_loss` leaves as it is
     self.val = torch.lerp(loss.cpu(), self.val if own is None else own, self.beta)
-    if several: self.own,self.n_own = self.val,(vars(self).get('n_own', 0) if self.count else 0)+1
+    if several: self.own,self.n_own = self.val,(self.n_own if self.count else 0)+1
     self.count += 1
 
 def sync_smooth_loss(learn):
@@ -44,6 +45,13 @@ def sync_smooth_loss(learn):
     losses[len(losses)-n:] = list(mean[:-1])
     sm.val,sm.n_own = mean[-1],0
     if n: learn.smooth_loss = losses[-1]
+
+@patch
+def resume_own(self:AvgSmoothLoss,
+    own:Tensor|None # This process's own smoothing when it was saved; None: go on from the mean over processes, `val`
+):
+    "Go on smoothing this process's losses from `own`, with nothing recorded since (a checkpoint's resume)"
+    self.own,self.n_own = own,0
 
 # %% ../nbs/04_evaluation.ipynb #d6d92ded
 _fastai_avg_loss_acc,_fastai_avg_metric_acc = [fastai_method(c, 'accumulate') for c in (AvgLoss, AvgMetric)]

@@ -4,26 +4,33 @@
 
 # %% ../nbs/05_events.ipynb #53e1f364
 from __future__ import annotations
+import weakref
 from fastai.basics import *
-from .patching import fastai_method
+from .patching import fastai_method, recorder_metrics
 from .evaluation import sync_smooth_loss
 
 # %% auto #0
-__all__ = []
+__all__ = ['reset_event_lists']
 
 # %% ../nbs/05_events.ipynb #6b870192
 _fastai_call_one = fastai_method(Learner, '_call_one')
+_event_lists = weakref.WeakKeyDictionary() # learner -> {event name: its callbacks, in order; 'cbs': the callbacks they were made from}
+
+def reset_event_lists(learn # A `Learner`
+                     ):
+    "Have `learn` make its per-event callback lists anew at the next event (after a callback changed its `idle_events`)"
+    _event_lists.pop(learn, None)
 
 @patch
 def _call_one(self:Learner, event_name):
     if self.accelerator is None: return _fastai_call_one(self, event_name)
-    handlers = self.accelerator._handlers
-    if handlers.get('cbs') != self.cbs.items: handlers.clear(); handlers['cbs'] = list(self.cbs.items)
-    cbs = handlers.get(event_name)
+    lists = _event_lists.get(self)
+    if lists is None or lists['cbs'] != self.cbs.items: lists = _event_lists[self] = {'cbs': list(self.cbs.items)}
+    cbs = lists.get(event_name)
     if cbs is None:
         if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-        cbs = handlers[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or
-                                      (callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ()))]
+        cbs = lists[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or
+                                   (callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ()))]
     for cb in cbs: cb(event_name)
 
 # %% ../nbs/05_events.ipynb #ab7638dc
@@ -50,14 +57,14 @@ def after_batch(self:Recorder):
     if getattr(learn, 'accelerator', None) is None: return _fastai_rec_after_batch(self)
     if len(learn.yb) == 0: return
     if not learn.training:
-        for met in self._valid_mets: met.accumulate(learn)
+        for met in recorder_metrics(self, False): met.accumulate(learn)
         return
-    only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False) # what `_train_mets` holds then
-    for met in ((self.smooth_loss,) if only_smooth else self._train_mets): met.accumulate(learn)
+    only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False) # what `recorder_metrics` gives then
+    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): met.accumulate(learn)
     self.lrs.append(_last_lr(learn.opt))
     learn.smooth_loss = self.smooth_loss.value
     self.losses.append(learn.smooth_loss)
-    if getattr(learn.accelerator, 'smooth_loss_every_batch', False): sync_smooth_loss(learn)
+    if learn.accelerator.smooth_loss_every_batch: sync_smooth_loss(learn)
 
 # %% ../nbs/05_events.ipynb #3a1eb75d
 _fastai_cast_before_batch = fastai_method(CastToTensor, 'before_batch')

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os, weakref
 from contextlib import contextmanager
 from copy import deepcopy
-from functools import partial
 from itertools import chain
 
 import torch
@@ -15,9 +14,10 @@ import torch.distributed as dist
 from torch import nn
 from fastai.basics import *
 from fastai.callback.hook import Hook
-from accelerate import Accelerator, PartialState
+from accelerate import Accelerator
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-from .patching import kept, accelerate_state, reset_accelerate_state
+from .patching import (kept, accelerate_state, set_accelerate_state, reset_accelerate_state, track_prepared,
+                                      untrack_prepared, compiled_call, CompiledForward, set_module_tensor)
 
 # %% auto #0
 __all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'prepare_fsdp',
@@ -103,8 +103,8 @@ def _forced_cpu_fsdp():
 def _force_fsdp(acc, plugin):
     "TESTS ONLY: what Accelerate's state does for FSDP on GPUs, done on CPU processes"
     plugin = plugin or FullyShardedDataParallelPlugin() # as Accelerate builds it from the environment
-    # private: no public way to set the distributed type; both shared states, since a new `AcceleratorState` copies `PartialState`'s
-    PartialState._shared_state['distributed_type'] = DistributedType.FSDP
+    # both shared states, since a new `AcceleratorState` copies `PartialState`'s
+    set_accelerate_state('distributed_type', DistributedType.FSDP, partial=True)
     acc.state.distributed_type,acc.state.fsdp_plugin = DistributedType.FSDP,plugin
     if acc.mixed_precision != 'no': plugin.set_mixed_precision(acc.mixed_precision)
 
@@ -162,10 +162,10 @@ def _meta_copy(model):
         for k,d in vars(m).items():
             if k.endswith('hooks') and isinstance(d, dict):
                 memo[id(d)] = type(d)((i,h) for i,h in d.items() if not isinstance(getattr(h, '__self__', None), Hook))
-        if m._compiled_call_impl is not None: memo[id(m._compiled_call_impl)] = None
+        if compiled_call(m) is not None: memo[id(compiled_call(m))] = None
     res = deepcopy(model, memo)
     for m in res.modules():
-        if isinstance(vars(m).get('forward'), partial): del m.forward # compiled with `compile_model(hooks=False)`
+        if isinstance(vars(m).get('forward'), CompiledForward): del m.forward # compiled with the hooks outside
     return res
 
 _skeletons = weakref.WeakKeyDictionary() # sharded model -> its unsharded copy on the meta device, for `save`, `load` and `export`
@@ -204,12 +204,12 @@ def _opt_params(opt): return [p for pl in opt.param_lists for p in pl]
 # %% ../nbs/06_fsdp.ipynb #b61afc7a
 def _track(acc, model):
     "Have `acc` know `model` as prepared again (`release_prepared` dropped it after the last fit): `save_state` and `clip_grad_norm_` look there"
-    if not any(m is model for m in acc._models): acc._models.append(model) # the list is not public
+    track_prepared(acc, model)
 
 def _prepare(acc, model, params):
     "Shard `model` through Accelerate's FSDP2 `prepare`, and the sharded parameters that replace `params`, in order"
     model,view = acc.prepare(model, _ParamsView(params)) # Accelerate's FSDP2 contract: model and optimizer together
-    acc._optimizers.remove(view) # a stand-in: fastai's optimizer steps, and `AcceleratorCallback` prepares it (the list is not public)
+    untrack_prepared(acc, view) # a stand-in: fastai's optimizer steps, and `AcceleratorCallback` prepares it
     return model,view.param_groups[0]['params']
 
 def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
@@ -277,8 +277,7 @@ def _unsharded_model(model):
             new[id(t)] = nn.Parameter(v.cpu(), t.requires_grad) if isinstance(t, nn.Parameter) else v.cpu()
         if main:
             mod,_,attr = n.rpartition('.')
-            m = res.get_submodule(mod)
-            (m._parameters if attr in m._parameters else m._buffers)[attr] = new[id(t)]
+            set_module_tensor(res.get_submodule(mod), attr, new[id(t)])
     return res
 
 def _full_states(opt):

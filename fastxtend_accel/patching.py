@@ -4,13 +4,23 @@
 
 # %% ../nbs/01_patching.ipynb #d05b62d7
 from __future__ import annotations
+from collections import OrderedDict
+from copy import copy
+from functools import partial
+from typing import Callable
 import fastai
+import torch
+from torch import nn, Tensor
+from fastcore.foundation import L
 from packaging.version import Version
 from accelerate.state import AcceleratorState, PartialState
 
 # %% auto #0
-__all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'reset_accelerate_state',
-           'epoch_order', 'release_prepared']
+__all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
+           'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
+           'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics', 'compiled_call',
+           'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled', 'compiled_graphs',
+           'plain_tensors', 'copy_metadata', 'set_module_tensor']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -54,11 +64,42 @@ def accelerate_state(key:str, # A field of Accelerate's shared state, e.g. 'num_
     # no public reader: `AcceleratorState()` would create the state it is asked about
     return (PartialState if partial else AcceleratorState)._shared_state.get(key, default)
 
+def set_accelerate_state(key:str, # A field of Accelerate's shared state, e.g. 'distributed_type'
+                         value, # Its new value
+                         partial:bool=False # Set it in `PartialState` (which a new `AcceleratorState` copies) instead
+                        ):
+    "Set a field of Accelerate's process-wide state"
+    (PartialState if partial else AcceleratorState)._shared_state[key] = value # no public writer
+
 def reset_accelerate_state(partial:bool=False # Reset `PartialState` (processes, device) too
                           ):
     "Drop Accelerate's process-wide state, so the next `Accelerator` is built afresh"
     # no public API: Accelerate's own test utilities reset the singletons this way
     AcceleratorState._reset_state(reset_partial_state=partial)
+
+# %% ../nbs/01_patching.ipynb #69ef4e50
+def release_prepared(accelerator # An `Accelerator`
+                    ):
+    "Drop `accelerator`'s references to the models and optimizers it prepared, without collecting garbage"
+    # `free_memory`/`clear` would also run `gc.collect()` and empty the CUDA cache; the lists are not public
+    accelerator._models.clear(); accelerator._optimizers.clear()
+
+def track_prepared(accelerator, # An `Accelerator`
+                   model # A model it prepared earlier
+                  ):
+    "Have `accelerator` know `model` as prepared again, after `release_prepared`"
+    if not any(m is model for m in accelerator._models): accelerator._models.append(model)
+
+def untrack_prepared(accelerator, # An `Accelerator`
+                     opt # An optimizer it prepared, which is not to step
+                    ):
+    "Take `opt` off `accelerator`'s list of prepared optimizers"
+    accelerator._optimizers.remove(opt)
+
+def restore_step(opt # An optimizer that Accelerate's `AcceleratedOptimizer` wrapped
+                ):
+    "Give `opt` back the `step` of its class, where Accelerate replaced it on the instance (it does with a loss scaler)"
+    vars(opt).pop('step', None)
 
 # %% ../nbs/01_patching.ipynb #f4394793
 def epoch_order(dl # A fastai `DataLoader`
@@ -67,9 +108,78 @@ def epoch_order(dl # A fastai `DataLoader`
     # kept only in the name-mangled `DataLoader.__idxs`, set by `__iter__`; `get_idxs()` would reshuffle
     return getattr(dl, '_DataLoader__idxs', None)
 
-# %% ../nbs/01_patching.ipynb #69ef4e50
-def release_prepared(accelerator # An `Accelerator`
-                    ):
-    "Drop `accelerator`'s references to the models and optimizers it prepared, without collecting garbage"
-    # `free_memory`/`clear` would also run `gc.collect()` and empty the CUDA cache; the lists are not public
-    accelerator._models.clear(); accelerator._optimizers.clear()
+# %% ../nbs/01_patching.ipynb #fcdb0344
+def own_fake_loader(dl # A `copy` of a fastai `DataLoader`
+                   ):
+    "`dl`, with a `_FakeLoader` of its own that iterates `dl` itself"
+    f = copy(dl.fake_l) # `fake_l` and its `d`, `default` and `dataset` are fastai's internals
+    f.d = f.default = dl
+    f.dataset = f
+    dl.fake_l = f
+    return dl
+
+def worker_init(dl # A fastai `DataLoader`
+               ):
+    "The `worker_init_fn` of `dl`'s worker processes"
+    return dl.fake_l.worker_init_fn
+
+def set_worker_init(dl, # A fastai `DataLoader`
+                    fn # The function each of its worker processes runs first, with its worker id
+                   ):
+    "Have `dl`'s worker processes start with `fn`"
+    dl.fake_l.worker_init_fn = fn
+
+# %% ../nbs/01_patching.ipynb #ca024e54
+def recorder_metrics(rec, # A fastai `Recorder`
+                     training:bool # The metrics of a training batch, else of a validation batch
+                    )->L:
+    "The metrics `rec` updates at each batch, as fastai's `Recorder.after_batch` picks them"
+    return rec._train_mets if training else rec._valid_mets
+
+# %% ../nbs/01_patching.ipynb #8491b819
+def compiled_call(m:nn.Module)->Callable|None:
+    "The compiled function module `m` runs when called (what `Module.compile` sets), or None"
+    return getattr(m, '_compiled_call_impl', None)
+
+def set_compiled_call(m:nn.Module, # The module to compile in place, hooks included
+                      fn:Callable|None # What `m(...)` runs instead of its hooks and `forward`; None: uncompiled again
+                     ):
+    "Have `m` run `fn` when called, as `Module.compile` does"
+    if fn is None: vars(m).pop('_compiled_call_impl', None)
+    else: m._compiled_call_impl = fn
+
+def call_module(m:nn.Module, *args, **kwargs):
+    "Call `m` as an uncompiled `m(*args, **kwargs)` does: its hooks, then its `forward`"
+    return m._call_impl(*args, **kwargs)
+
+class CompiledForward(partial):
+    "A module's `forward`, replaced on the instance by a compiled function: `uncompile_model` and unsharded copies drop it"
+
+def unwrap_torch_compiled(model:nn.Module)->nn.Module:
+    "`model` without the wrapper `torch.compile(model)` returns, if it has one"
+    from torch._dynamo.eval_frame import OptimizedModule # imported when needed: dynamo is slow to import
+    return model._orig_mod if isinstance(model, OptimizedModule) else model
+
+def compiled_graphs()->int:
+    "The number of graphs dynamo captured in this process (since `torch._dynamo.utils.counters.clear()`)"
+    from torch._dynamo.utils import counters
+    return counters['stats']['unique_graphs']
+
+# %% ../nbs/01_patching.ipynb #5291c3a1
+def plain_tensors():
+    "A context in which fastai's tensor subclasses behave as plain tensors (no `__torch_function__`)"
+    return torch._C.DisableTorchFunctionSubclass()
+
+def copy_metadata(src:dict, # A `state_dict` (or a copy being made of one)
+                  dst:dict # Its copy
+                 )->dict:
+    "`dst`, with the module versions `src` carries for `load_state_dict`, if it carries them"
+    if hasattr(src, '_metadata'): dst._metadata = src._metadata
+    return dst
+
+def set_module_tensor(m:nn.Module, # The module holding the tensor
+                      name:str, # The name of one of its own parameters or buffers
+                      t:Tensor # What replaces it, as it is
+                     ):
+    "Replace `m`'s parameter or buffer `name` by `t`"
+    (m._parameters if name in m._parameters else m._buffers)[name] = t
