@@ -18,7 +18,8 @@ __all__ = ['make_accelerator', 'local_main_first']
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"`gradient_accumulation_steps` must be a whole number >= 1 (batches per optimizer step), got {n!r}")
+        raise ValueError("`gradient_accumulation_steps` must be a whole number >= 1 (batches per optimizer step), got "
+                         f"{n!r}")
 
 def _has_accelerator_hardware():
     return torch.accelerator.is_available() if hasattr(torch, 'accelerator') else torch.cuda.is_available()
@@ -29,22 +30,29 @@ def _cpu_processes():
 
 def make_accelerator(**kwargs)->Accelerator:
     "An `Accelerator` from `kwargs`, using gloo on CPU when launched on several processes without accelerator hardware"
-    # unset, Accelerate would keep the precision of an earlier `Accelerator` in this process: take what a fresh one would
+    # unset, Accelerate would keep the precision of an earlier `Accelerator` in this process: take what a fresh one
+    # would
     mp = kwargs.setdefault('mixed_precision', os.environ.get('ACCELERATE_MIXED_PRECISION', 'no'))
     if str(mp) not in PrecisionType.list():
         raise ValueError(f"Unknown `mixed_precision` {mp!r}: use one of {PrecisionType.list()}")
     _check_n_acc(kwargs.get('gradient_accumulation_steps', 1))
-    if kwargs.pop('split_batches', False): # Accelerate 1.15 ignores `Accelerator(split_batches=...)`: it reads `dataloader_config`
-        kwargs['dataloader_config'] = dataclasses.replace(kwargs.get('dataloader_config') or DataLoaderConfiguration(), split_batches=True)
+    # Accelerate 1.15 ignores `Accelerator(split_batches=...)`: it reads `dataloader_config`
+    if kwargs.pop('split_batches', False):
+        kwargs['dataloader_config'] = dataclasses.replace(
+            kwargs.get('dataloader_config') or DataLoaderConfiguration(), split_batches=True
+        )
     world,cpu_procs = int(os.environ.get('WORLD_SIZE', 1)),_cpu_processes()
     if cpu_procs: kwargs.setdefault('cpu', True)
     forked = bool(os.environ.get('FORK_LAUNCHED'))
     if forked and accelerate_state('num_processes', 0, partial=True) == 1 < world: reset_accelerate_state(partial=True)
     if accelerate_state('_mixed_precision', str(mp)) != str(mp): reset_accelerate_state()
-    acc = build_accelerator(**kwargs) # `Accelerator(**kwargs)`, refusing DeepSpeed, and FSDP that would silently not shard
+    # `Accelerator(**kwargs)`, refusing DeepSpeed, and FSDP that would silently not shard
+    acc = build_accelerator(**kwargs)
     if cpu_procs and forked: torch.set_num_threads(1)
-    # fastai's own guards (`rank_distrib`: TensorBoard, W&B, `rank0_first`) read `RANK`, which `debug_launcher` leaves unset
-    if acc.num_processes > 1 and os.environ.get('RANK') != str(acc.process_index): os.environ['RANK'] = str(acc.process_index)
+    # fastai's own guards (`rank_distrib`: TensorBoard, W&B, `rank0_first`) read `RANK`, which `debug_launcher` leaves
+    # unset
+    if acc.num_processes > 1 and os.environ.get('RANK') != str(acc.process_index):
+        os.environ['RANK'] = str(acc.process_index)
     return acc
 
 # %% ../nbs/07_accelerator.ipynb #cca22ffa

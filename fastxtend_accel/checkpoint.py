@@ -10,14 +10,17 @@ import torch
 from torch.utils.data import get_worker_info
 from fastai.callback.progress import ProgressCallback
 from fastai.basics import *
-from .patching import fastai_method, epoch_order
+from .patching import fastai_method, epoch_order, worker_init, set_worker_init
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL
 from .collectives import *
+from .rng import *
+from .fields import restore_recorder
+from .codec import read_state_file
 from .state import *
 
 # %% auto #0
-__all__ = ['latest_checkpoint', 'CheckpointCallback']
+__all__ = ['latest_checkpoint', 'Resumption', 'CheckpointCallback']
 
 # %% ../nbs/15_checkpoint.ipynb #6a3672ea
 _ckpt_re = re.compile(r'^ckpt-e(\d+)-b(\d+)-f(\d+)$')
@@ -32,207 +35,6 @@ def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to
     "The newest complete checkpoint folder in `path`, or None"
     done = [p for p in _checkpoints(path) if (p/'state.pt').exists()]
     return done[-1] if done else None
-
-# %% ../nbs/15_checkpoint.ipynb #e557154f
-class CheckpointCallback(Callback):
-    "Checkpoint a fit every few steps and/or epochs, resume it exactly, and checkpoint on SIGTERM/SIGINT"
-    # after the `Recorder` (50), whose history it saves and restores, and the `ProgressCallback` (60), which must see an epoch start before it is skipped
-    order = ProgressCallback.order+10
-    def __init__(self,
-        path:str|Path='checkpoints', # Folder for the checkpoints
-        every_steps:int|None=None, # Checkpoint every this many optimizer steps
-        every_epochs:int|None=1, # Checkpoint at the end of every this many epochs
-        keep:int=2, # Number of checkpoints to keep (the newest)
-        resume:bool=False, # Continue from the newest checkpoint in `path`, if there is one
-        on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
-        async_save:bool=False # Write checkpoints in the background while training goes on (one taken on a signal is written before exiting)
-    ):
-        for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1): raise ValueError(f"`{k}` must be a whole number >= 1 or None, got {v!r}")
-        if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
-        store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
-        self.path,self.n_fit,self.pending,self.fit_token,self.nested,self.old_handlers,self.quieted = Path(path),-1,None,None,0,{},[]
-
-# %% ../nbs/15_checkpoint.ipynb #e1e0f648
-def _global_bs(learn):
-    "Items per training batch over all processes"
-    dl = learn.dls.train
-    return dl.bs*dl.world_size if isinstance(dl, ShardedDL) else dl.bs
-
-@patch
-def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
-    learn,g = self.learn,_global_bs(self.learn)
-    pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
-               order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps)
-    self._prune(learn.finish_save()) # the previous one
-    learn.save_state(self.path/f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}', pos, async_save=self.async_save and not wait)
-    if not self.async_save or wait: self._prune(True)
-
-@patch
-def _prune(self:CheckpointCallback, saved):
-    "Once a checkpoint was `saved` (none is in flight then): remove all but the `keep` newest, and what a kill left, on the main process"
-    if saved and self.learn.is_main_process:
-        for p in _checkpoints(self.path)[:-self.keep] + list(self.path.glob('.tmp-ckpt-*')): shutil.rmtree(p, ignore_errors=True)
-
-# %% ../nbs/15_checkpoint.ipynb #97887b75
-@patch
-def after_batch(self:CheckpointCallback):
-    learn = self.learn
-    if not learn.training or self.nested: return
-    if self.epoch_order is None: # the order of this epoch's items, once it is drawn
-        dl = learn.dl
-        self.epoch_order = dl.epoch_order if isinstance(dl, ShardedDL) else epoch_order(dl)
-    self._prune(learn.finish_save(wait=False)) # an asynchronous checkpoint, once written
-    stepped = learn.accelerator is None or learn.accelerator.sync
-    if not stepped: return
-    self.steps += 1
-    stop = self.signalled
-    if self.on_signal and is_distributed(learn): stop = bool(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
-    if stop or (self.every_steps and self.steps % self.every_steps == 0): self._checkpoint(learn.epoch, learn.iter+1, wait=stop)
-    if stop: self._remove_handlers(); raise SystemExit(0)
-
-@patch
-def after_epoch(self:CheckpointCallback):
-    if self.nested: return
-    if self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0: self._checkpoint(self.learn.epoch+1, 0)
-
-# %% ../nbs/15_checkpoint.ipynb #6fe55994
-@patch
-def _install_handlers(self:CheckpointCallback):
-    self.signalled,self.old_handlers = False,{}
-    if not self.on_signal or threading.current_thread() is not threading.main_thread(): return
-    def handler(signum, frame):
-        if self.learn is not None and self.learn.in_fit: self.signalled = True; return
-        old = self.old_handlers.get(signum) # the fit ended without `after_fit` (it raised): hand the signal on
-        self._remove_handlers()
-        if callable(old): old(signum, frame)
-        elif old == signal.SIG_DFL: signal.raise_signal(signum)
-    for s in (signal.SIGTERM, signal.SIGINT): self.old_handlers[s] = signal.signal(s, handler)
-
-@patch
-def _remove_handlers(self:CheckpointCallback):
-    for s,h in self.old_handlers.items(): signal.signal(s, h)
-    for fake,wif in self.quieted: fake.worker_init_fn = wif
-    self.old_handlers,self.quieted = {},[]
-
-# %% ../nbs/15_checkpoint.ipynb #5c8db735
-def _quiet_wif(wif, worker_id):
-    "Run `wif` in a loader worker that ignores SIGTERM/SIGINT: the main process checkpoints first, then ends its workers"
-    for s in (signal.SIGTERM, signal.SIGINT): signal.signal(s, signal.SIG_IGN)
-    return wif(worker_id)
-
-@patch
-def _quiet_workers(self:CheckpointCallback):
-    "Have the worker processes of the loader about to run ignore the signals this callback handles"
-    fake = getattr(self.learn.dl, 'fake_l', None)
-    if not self.old_handlers or fake is None or getattr(fake.worker_init_fn, 'func', None) is _quiet_wif: return
-    self.quieted.append((fake, fake.worker_init_fn))
-    fake.worker_init_fn = partial(_quiet_wif, fake.worker_init_fn)
-
-@patch
-def before_validate(self:CheckpointCallback): self._quiet_workers()
-
-# %% ../nbs/15_checkpoint.ipynb #4a65d49b
-@patch
-def before_fit(self:CheckpointCallback):
-    learn = self.learn
-    if not learn.in_fit or hasattr(learn, 'lr_finder') or hasattr(learn, 'gather_preds'): self.run = False; return
-    if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
-    self.fit_token,self.nested,self.steps,self.epoch_order = learn.fit_calls,0,0,None
-    self._check_loader()
-    self._install_handlers()
-    self.n_fit += 1
-    if self.resume and self.n_fit == 0:
-        learn.barrier()
-        self.ckpt = latest_checkpoint(self.path)
-        if self.ckpt is not None: self.ckpt_fit = read_state_file(self.ckpt/'state.pt')['position']['fit']
-    if getattr(self, 'ckpt', None) is None: return
-    if self.n_fit < self.ckpt_fit: raise CancelFitException()
-    # load on the checkpoint's own fit: what runs between fits (`freeze`, `unfreeze`) resets the optimizer
-    p,g,n = learn.load_state(self.ckpt, with_rng=False),_global_bs(learn),learn.accelerator.num_processes if learn.accelerator else 1
-    if learn.is_main_process: self._tell_resume(p, g, n)
-    self.ckpt,self.steps = None,p['steps']
-    learn._start_epoch = p['epoch']
-    if p['batch'] == 0: self._restore(p) # an epoch boundary: everything as when that epoch ended
-    else: self.pending = p
-    progress = getattr(learn, 'progress', None) # fastprogress's bar must start at 0 before it can show a later epoch
-    if getattr(progress, 'mbar', None) is not None and p['epoch']: progress.mbar.update(0)
-
-@patch
-def after_fit(self:CheckpointCallback):
-    if self.nested: self.nested -= 1; return
-    self._prune(self.learn.finish_save())
-    self._remove_handlers()
-    self.fit_token = None
-
-# %% ../nbs/15_checkpoint.ipynb #2b32e5d0
-@patch
-def _tell_resume(self:CheckpointCallback, p, g, n):
-    "On the main process: say which checkpoint the fit resumes from, and warn when its global batch `g` on `n` processes differs from the checkpoint's"
-    print(f'Resuming from {self.ckpt}' + (f" (written by {p['world_size']} process(es), now {n})" if p.get('world_size', n) != n else ''))
-    if p.get('global_bs', g) == g: return
-    warn(f"Checkpoint {self.ckpt} was trained on batches of {p['global_bs']} items, this run's have {g} ({n} process(es)): training goes on "
-         "from the next item, but with other batches, optimizer steps and schedule than the interrupted run. For the same batches, "
-         f"resume with `.accelerate(split_batches=True)` and `bs={p['global_bs']}`.")
-
-# %% ../nbs/15_checkpoint.ipynb #98ec211b
-@patch
-def _check_loader(self:CheckpointCallback):
-    dl = train_loader(self.learn)
-    if isinstance(dl, DataLoader): return
-    kind = f'{type(dl).__module__}.{type(dl).__qualname__}'
-    if self.every_steps: raise ValueError(f"`every_steps` checkpoints resume mid-epoch, which needs a fastai `DataLoader` for training "
-                                          f"(this one is a {kind}): use `every_epochs`, or a fastai `DataLoader`")
-    if self.on_signal:
-        warn(f"Checkpoints on SIGTERM/SIGINT are taken mid-epoch, which needs a fastai `DataLoader` ({kind} here): signals are left alone")
-        self.on_signal = False
-
-# %% ../nbs/15_checkpoint.ipynb #dfead7e4
-@patch
-def _restore(self:CheckpointCallback, p):
-    learn = self.learn
-    learn._restore_recorder(p['recorder'])
-    set_rng_state(learn, p['rng'])
-    learn.train_iter = p['train_iter']
-    if p['batch']: learn.pct_train = p['pct_train']
-    self.pending = None
-
-def _once(o, name, f):
-    "Have the next call of `o.name(*args)` run `f(original, *args)`; returns a function putting `o.name` back as it was"
-    had,orig = name in vars(o),vars(o).get(name)
-    def undo():
-        if vars(o).get(name) is not call: return
-        if had: setattr(o, name, orig)
-        else: delattr(o, name)
-    def call(*args):
-        undo()
-        return f(getattr(o, name), *args)
-    setattr(o, name, call)
-    return undo
-
-# %% ../nbs/15_checkpoint.ipynb #9a252360
-@patch
-def before_train(self:CheckpointCallback):
-    self._quiet_workers()
-    self.epoch_order,p = None,self.pending
-    if self.nested or p is None: return
-    learn,dl,outer = self.learn,train_loader(self.learn),self.learn.dls.train
-    self.epoch_order = p['order'] # the whole epoch's, for the next checkpoints
-    done,g = p.get('done', p['batch']*p.get('global_bs', _global_bs(learn))),_global_bs(learn)
-    def restore():
-        if self.pending is not None: self._restore(p)
-    self.undo = [_once(dl, 'get_idxs', lambda f: list(p['order'])[done:]),
-                 _once(outer, 'sample', lambda f: (restore() if get_worker_info() is None else None, f())[1]),
-                 _once(outer, 'after_batch', lambda f, b: (restore(), f(b))[1])]
-    rest = max(0, len(p['order']) - done) # the epoch's items still to train on, in batches of this run's size
-    learn._start_batch = len(outer) - (rest//g if dl.drop_last else math.ceil(rest/g))
-
-@patch
-def after_train(self:CheckpointCallback):
-    if self.nested: return
-    for undo in getattr(self, 'undo', []): undo()
-    self.undo = []
-    if self.pending is not None: self._restore(self.pending) # the checkpoint was taken after the epoch's last batch
 
 # %% ../nbs/15_checkpoint.ipynb #0c8c63d0
 _fastai_do_fit = fastai_method(Learner, '_do_fit')
@@ -256,3 +58,269 @@ def all_batches(self:Learner):
     del self._start_batch
     self.n_iter = len(self.dl) # the whole epoch's, which the schedule counts in
     for o in enumerate(self.dl, start): self.one_batch(*o)
+
+# %% ../nbs/15_checkpoint.ipynb #dfead7e4
+def _once(o, name, f):
+    "Have the next call of `o.name(*args)` run `f(original, *args)`; returns a function putting `o.name` back as it was"
+    had,orig = name in vars(o),vars(o).get(name)
+    def undo():
+        if vars(o).get(name) is not call: return
+        if had: setattr(o, name, orig)
+        else: delattr(o, name)
+    def call(*args):
+        undo()
+        return f(getattr(o, name), *args)
+    setattr(o, name, call)
+    return undo
+
+# %% ../nbs/15_checkpoint.ipynb #c670e119
+def _global_bs(learn):
+    "Items per training batch over all processes"
+    dl = learn.dls.train
+    return dl.bs*dl.world_size if isinstance(dl, ShardedDL) else dl.bs
+
+# %% ../nbs/15_checkpoint.ipynb #48abaf2f
+class Resumption:
+    "A fit going on from a checkpoint: its steps, in the order the fit takes them"
+    def __init__(self,
+        learn:Learner, # The learner whose fit resumes
+        ckpt:Path # The checkpoint folder
+    ):
+        "Step 1, at `before_fit`: load the weights, optimizer, loss scaler and callbacks' fields; start at the checkpoint's epoch"
+        self.learn,self.ckpt,self.undo,self.pending = learn,ckpt,[],True
+        self.p = learn.load_state(ckpt, with_rng=False) # where the fit stood, its random states and its `Recorder`
+        learn._start_epoch = self.p['epoch'] # `Learner._do_fit` starts there
+        if self.p['batch'] == 0: self.restore() # an epoch boundary: everything as when that epoch ended
+
+# %% ../nbs/15_checkpoint.ipynb #4d4d4f11
+@patch
+def skip_done(self:Resumption)->list:
+    "Step 2, at `before_train` of the checkpoint's epoch: the loader gives the items not yet trained on; returns the epoch's order"
+    learn,p = self.learn,self.p
+    dl,outer,g = train_loader(learn),learn.dls.train,_global_bs(learn)
+    done = p.get('done', p['batch']*p.get('global_bs', g))
+    def remaining(get_idxs): return list(p['order'])[done:]
+    def sample_then(sample): # without worker processes, the batch's random draws happen in this process, after `sample`
+        if get_worker_info() is None: self.restore()
+        return sample()
+    def transform_then(after_batch, b): # with them, the batch transforms run here
+        self.restore()
+        return after_batch(b)
+    self.undo = [
+        _once(dl, 'get_idxs', remaining),
+        _once(outer, 'sample', sample_then),
+        _once(outer, 'after_batch', transform_then),
+    ]
+    rest = max(0, len(p['order']) - done) # the epoch's items still to train on, in batches of this run's size
+    learn._start_batch = len(outer) - (rest//g if dl.drop_last else math.ceil(rest/g))
+    return p['order']
+
+# %% ../nbs/15_checkpoint.ipynb #0b3c3446
+@patch
+def restore(self:Resumption):
+    "Step 3, before the first batch still to run: the `Recorder`'s history, every random state, the schedule's position"
+    if not self.pending: return
+    learn,p = self.learn,self.p
+    restore_recorder(learn, p['recorder'])
+    set_rng_state(learn, p['rng'])
+    learn.train_iter = p['train_iter']
+    if p['batch']: learn.pct_train = p['pct_train']
+    self.pending = False
+
+@patch
+def close(self:Resumption):
+    "Step 4, at `after_train`: the loader's methods as they were; step 3 now if no batch was left to run"
+    for undo in self.undo: undo()
+    self.undo = []
+    self.restore()
+
+# %% ../nbs/15_checkpoint.ipynb #e557154f
+class CheckpointCallback(Callback):
+    "Checkpoint a fit every few steps and/or epochs, resume it exactly, and checkpoint on SIGTERM/SIGINT"
+    # after the `Recorder` (50), whose history it saves and restores, and the `ProgressCallback` (60), which must see an
+    # epoch start before it is skipped
+    order = ProgressCallback.order+10
+    def __init__(self,
+        path:str|Path='checkpoints', # Folder for the checkpoints
+        every_steps:int|None=None, # Checkpoint every this many optimizer steps
+        every_epochs:int|None=1, # Checkpoint at the end of every this many epochs
+        keep:int=2, # Number of checkpoints to keep (the newest)
+        resume:bool=False, # Continue from the newest checkpoint in `path`, if there is one
+        on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
+        # Write checkpoints in the background while training goes on (one taken on a signal is written before exiting)
+        async_save:bool=False
+    ):
+        for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1): raise ValueError(f"`{k}` "
+                                                                                                            "must be "
+                                                                                                            "a whole "
+                                                                                                            "number "
+                                                                                                            ">= 1 or "
+                                                                                                            "None, "
+                                                                                                            f"got {v!r}")
+        if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
+        store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
+        self.path, self.n_fit, self.resumption, self.fit_token, self.nested, self.old_handlers, self.quieted = (
+            Path(path),
+            -1,
+            None,
+            None,
+            0,
+            {},
+            [],
+        )
+
+# %% ../nbs/15_checkpoint.ipynb #e1e0f648
+@patch
+def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
+    learn,g = self.learn,_global_bs(self.learn)
+    pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
+               order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps)
+    self._prune(learn.finish_save()) # the previous one
+    learn.save_state(
+        self.path / f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}', pos, async_save=self.async_save and not wait
+    )
+    if not self.async_save or wait: self._prune(True)
+
+@patch
+def _prune(self:CheckpointCallback, saved):
+    "Once a checkpoint was `saved` (none is in flight then): remove all but the `keep` newest, and what a kill left, on the main process"
+    if saved and self.learn.is_main_process:
+        for p in _checkpoints(self.path)[: -self.keep] + list(self.path.glob('.tmp-ckpt-*')):
+            shutil.rmtree(p, ignore_errors=True)
+
+# %% ../nbs/15_checkpoint.ipynb #97887b75
+@patch
+def after_batch(self:CheckpointCallback):
+    learn = self.learn
+    if not learn.training or self.nested: return
+    if self.epoch_order is None: # the order of this epoch's items, once it is drawn
+        dl = learn.dl
+        self.epoch_order = dl.epoch_order if isinstance(dl, ShardedDL) else epoch_order(dl)
+    self._prune(learn.finish_save(wait=False)) # an asynchronous checkpoint, once written
+    stepped = learn.accelerator is None or learn.accelerator.sync
+    if not stepped: return
+    self.steps += 1
+    stop = self.signalled
+    if self.on_signal and is_distributed(learn):
+        stop = bool(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
+    if stop or (self.every_steps and self.steps % self.every_steps == 0):
+        self._checkpoint(learn.epoch, learn.iter + 1, wait=stop)
+    if stop: self._remove_handlers(); raise SystemExit(0)
+
+@patch
+def after_epoch(self:CheckpointCallback):
+    if self.nested: return
+    if self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0: self._checkpoint(self.learn.epoch+1, 0)
+
+# %% ../nbs/15_checkpoint.ipynb #6fe55994
+@patch
+def _install_handlers(self:CheckpointCallback):
+    self.signalled,self.old_handlers = False,{}
+    if not self.on_signal or threading.current_thread() is not threading.main_thread(): return
+    def handler(signum, frame):
+        if self.learn is not None and self.learn.in_fit: self.signalled = True; return
+        old = self.old_handlers.get(signum) # the fit ended without `after_fit` (it raised): hand the signal on
+        self._remove_handlers()
+        if callable(old): old(signum, frame)
+        elif old == signal.SIG_DFL: signal.raise_signal(signum)
+    for s in (signal.SIGTERM, signal.SIGINT): self.old_handlers[s] = signal.signal(s, handler)
+
+@patch
+def _remove_handlers(self:CheckpointCallback):
+    for s,h in self.old_handlers.items(): signal.signal(s, h)
+    for dl,wif in self.quieted: set_worker_init(dl, wif)
+    self.old_handlers,self.quieted = {},[]
+
+# %% ../nbs/15_checkpoint.ipynb #5c8db735
+def _quiet_wif(wif, worker_id):
+    "Run `wif` in a loader worker that ignores SIGTERM/SIGINT: the main process checkpoints first, then ends its workers"
+    for s in (signal.SIGTERM, signal.SIGINT): signal.signal(s, signal.SIG_IGN)
+    return wif(worker_id)
+
+@patch
+def _quiet_workers(self:CheckpointCallback):
+    "Have the worker processes of the loader about to run ignore the signals this callback handles"
+    dl = self.learn.dl
+    if not self.old_handlers or not isinstance(dl, DataLoader): return # a torch loader: its workers are the user's
+    wif = worker_init(dl)
+    if getattr(wif, 'func', None) is _quiet_wif: return
+    self.quieted.append((dl, wif))
+    set_worker_init(dl, partial(_quiet_wif, wif))
+
+@patch
+def before_validate(self:CheckpointCallback): self._quiet_workers()
+
+# %% ../nbs/15_checkpoint.ipynb #4a65d49b
+@patch
+def before_fit(self:CheckpointCallback):
+    learn = self.learn
+    if not learn.in_fit or hasattr(learn, 'lr_finder') or hasattr(learn, 'gather_preds'): self.run = False; return
+    if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
+    self.fit_token,self.nested,self.steps,self.epoch_order = learn.fit_calls,0,0,None
+    self._check_loader()
+    self._install_handlers()
+    self.n_fit += 1
+    if self.resume and self.n_fit == 0:
+        learn.barrier()
+        self.ckpt = latest_checkpoint(self.path)
+        if self.ckpt is not None: self.ckpt_fit = read_state_file(self.ckpt/'state.pt')['position']['fit']
+    if getattr(self, 'ckpt', None) is None: return
+    if self.n_fit < self.ckpt_fit: raise CancelFitException()
+    # load on the checkpoint's own fit: what runs between fits (`freeze`, `unfreeze`) resets the optimizer
+    self.resumption = Resumption(learn, self.ckpt)
+    p,n = self.resumption.p,learn.accelerator.num_processes if learn.accelerator else 1
+    if learn.is_main_process: self._tell_resume(p, _global_bs(learn), n)
+    self.ckpt,self.steps = None,p['steps']
+    progress = getattr(learn, 'progress', None) # fastprogress's bar must start at 0 before it can show a later epoch
+    if getattr(progress, 'mbar', None) is not None and p['epoch']: progress.mbar.update(0)
+
+@patch
+def after_fit(self:CheckpointCallback):
+    if self.nested: self.nested -= 1; return
+    self._prune(self.learn.finish_save())
+    self._remove_handlers()
+    self.fit_token = None
+
+# %% ../nbs/15_checkpoint.ipynb #2b32e5d0
+@patch
+def _tell_resume(self:CheckpointCallback, p, g, n):
+    "On the main process: say which checkpoint the fit resumes from, and warn when its global batch `g` on `n` processes differs from the checkpoint's"
+    print(
+        f'Resuming from {self.ckpt}'
+        + (f" (written by {p['world_size']} process(es), now {n})" if p.get('world_size', n) != n else '')
+    )
+    if p.get('global_bs', g) == g: return
+    warn(f"Checkpoint {self.ckpt} was trained on batches of {p['global_bs']} items, this run's have {g} ({n} "
+         "process(es)): training goes on "
+         "from the next item, but with other batches, optimizer steps and schedule than the interrupted run. For the "
+         "same batches, "
+         f"resume with `.accelerate(split_batches=True)` and `bs={p['global_bs']}`.")
+
+# %% ../nbs/15_checkpoint.ipynb #98ec211b
+@patch
+def _check_loader(self:CheckpointCallback):
+    dl = train_loader(self.learn)
+    if isinstance(dl, DataLoader): return
+    kind = f'{type(dl).__module__}.{type(dl).__qualname__}'
+    if self.every_steps: raise ValueError("`every_steps` checkpoints resume mid-epoch, which needs a fastai "
+                                          "`DataLoader` for training "
+                                          f"(this one is a {kind}): use `every_epochs`, or a fastai `DataLoader`")
+    if self.on_signal:
+        warn(f"Checkpoints on SIGTERM/SIGINT are taken mid-epoch, which needs a fastai `DataLoader` ({kind} here): "
+             "signals are left alone")
+        self.on_signal = False
+
+# %% ../nbs/15_checkpoint.ipynb #9a252360
+@patch
+def before_train(self:CheckpointCallback):
+    self._quiet_workers()
+    self.epoch_order,r = None,self.resumption
+    if self.nested or r is None or not r.pending: return
+    self.epoch_order = r.skip_done() # the whole epoch's order, for the next checkpoints
+
+@patch
+def after_train(self:CheckpointCallback):
+    if self.nested or self.resumption is None: return
+    self.resumption.close()
+    self.resumption = None

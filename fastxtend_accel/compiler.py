@@ -12,13 +12,15 @@ from functools import partial
 
 import torch
 from torch import nn
+from packaging.version import Version
 from torch.nn.parallel import DistributedDataParallel
 from fastcore.basics import patch, store_attr
 from fastcore.meta import delegates
 from fastai.basics import *
 import fastai.learner
 import fastai.callback.schedule # adds `Learner.fine_tune`, which this module wraps
-from .patching import kept
+from .patching import (kept, compiled_call, set_compiled_call, call_module, CompiledForward, unwrap_torch_compiled,
+                                      compiled_graphs, clear_compiled_graphs)
 from .core import AcceleratorCallback
 
 # %% auto #0
@@ -27,12 +29,17 @@ __all__ = ['CompileMode', 'MatMulPrecision', 'compile_model', 'uncompile_model',
 
 # %% ../nbs/09_compiler.ipynb #ed08c968
 _min_torch = '2.2'
-if not ismin_torch(_min_torch):
-    raise ImportError(f"fastxtend_accel.compiler needs torch>={_min_torch} to compile models in place (found {torch.__version__}). "
+
+def _check_torch(version:str=torch.__version__ # A torch version string
+                )->str:
+    "`version` if models can be compiled in place with it, else an ImportError saying what to do"
+    if Version(version).release >= Version(_min_torch).release: return version # a nightly of 2.2 is 2.2
+    raise ImportError(f"fastxtend_accel.compiler needs torch>={_min_torch} to compile models in place (found "
+                      f"{version}). "
                       f"Upgrade with `pip install -U 'torch>={_min_torch}'`, or train without compiling.")
-import torch._dynamo # imported after the check: older versions lack what follows
-from torch._dynamo.eval_frame import OptimizedModule
-from torch._dynamo.utils import counters
+
+_check_torch()
+import torch._dynamo # imported after the check: older versions lack `explain`'s `ExplainOutput`
 
 # %% ../nbs/09_compiler.ipynb #d75116f8
 class CompileMode(str, Enum):
@@ -57,19 +64,18 @@ def _choice(enum, value, name):
 def _check_backend(backend):
     "`backend` if it is a callable or a backend name dynamo knows, else a ValueError listing the names"
     if callable(backend): return backend
-    names = torch._dynamo.list_backends(exclude_tags=()) # the default excludes 'eager' and 'aot_eager', the debugging backends
+    # the default excludes 'eager' and 'aot_eager', the debugging backends
+    names = torch.compiler.list_backends(exclude_tags=())
     if backend not in names: raise ValueError(f"Unknown `backend` {backend!r}: use a callable or one of {names}")
     return backend
 
 # %% ../nbs/09_compiler.ipynb #f203a9c6
-def _graphs():
-    "The number of graphs dynamo has captured in this process (since `counters.clear()`)"
-    return counters['stats']['unique_graphs']
+_graphs = compiled_graphs # the graphs dynamo captured in this process, which lessons and tests count
 
 # %% ../nbs/09_compiler.ipynb #6280099f
 def _dynamo_call():
     "A new function, with its own code object and so its own dynamo cache, running module `m` on the arguments"
-    def _call(m, *args, **kwargs): return m._call_impl(*args, **kwargs)
+    def _call(m, *args, **kwargs): return call_module(m, *args, **kwargs)
     return types.FunctionType(_call.__code__.replace(), _call.__globals__, _call.__name__)
 
 # %% ../nbs/09_compiler.ipynb #c5593e50
@@ -78,49 +84,53 @@ def _dynamo_forward():
     def _forward(m, *args, **kwargs): return type(m).forward(m, *args, **kwargs)
     return types.FunctionType(_forward.__code__.replace(), _forward.__globals__, _forward.__name__)
 
-class _CompiledForward(partial):
-    "`m.forward` through a compiled function: a module's instance `forward`, which `uncompile_model` and unsharded copies drop"
-
 # %% ../nbs/09_compiler.ipynb #42620539
 def _blocks(model):
     "The children of every outermost `nn.ModuleList` in `model` whose children all have one class"
-    if isinstance(model, nn.ModuleList) and len(model) and all(type(o) is type(model[0]) for o in model): return list(model)
+    if isinstance(model, nn.ModuleList) and len(model) and all(type(o) is type(model[0]) for o in model):
+        return list(model)
     return [b for o in model.children() for b in _blocks(o)]
 
 def compile_model(model:nn.Module, # The module to compile; it keeps its class, children and state-dict keys
-                  regional:bool=False, # Compile each block of `model`'s repeated `nn.ModuleList` blocks instead of the whole model
-                  hooks:bool=True, # Compile the modules' hooks too; False: `forward` alone (what FSDP2 needs: dynamo skips its hooks, and then the whole call)
+                  # Compile each block of `model`'s repeated `nn.ModuleList` blocks instead of the whole model
+                  regional:bool=False,
+                  # Compile the modules' hooks too; False: `forward` alone (what FSDP2 needs: dynamo skips its hooks,
+                  # and then the whole call)
+                  hooks:bool=True,
                   **kwargs # Passed to `torch.compile`: `backend`, `mode`, `fullgraph`, `dynamic`, `options`
                  )->nn.Module:
     "Compile `model` in place (an `nn.Sequential` too), and return it"
     mods = _blocks(model) if regional else [model]
-    if not mods: raise ValueError(f"`regional=True` compiles the blocks of an `nn.ModuleList` of same-class modules, and {type(model).__name__} has none: use `regional=False`")
+    if not mods: raise ValueError("`regional=True` compiles the blocks of an `nn.ModuleList` of same-class modules, "
+                                  f"and {type(model).__name__} has none: use `regional=False`")
     fn = torch.compile(_dynamo_call() if hooks else _dynamo_forward(), **kwargs)
     for m in mods:
-        if hooks: m._compiled_call_impl = partial(fn, m)
-        else: m.forward = _CompiledForward(fn, m)
+        if hooks: set_compiled_call(m, partial(fn, m))
+        else: m.forward = CompiledForward(fn, m)
     return model
 
 def uncompile_model(model:nn.Module # A module compiled with `compile_model` (or `Module.compile`)
                    )->nn.Module:
     "Drop `model`'s compiled state, and return it"
     for m in model.modules():
-        vars(m).pop('_compiled_call_impl', None)
-        if isinstance(vars(m).get('forward'), _CompiledForward): del m.forward
+        set_compiled_call(m, None)
+        if isinstance(vars(m).get('forward'), CompiledForward): del m.forward
     return model
 
 def is_compiled(model:nn.Module # Any module
                )->bool:
     "Whether `model` or one of its submodules runs compiled"
-    return isinstance(model, OptimizedModule) or any(
-        getattr(m, '_compiled_call_impl', None) is not None or isinstance(vars(m).get('forward'), _CompiledForward) for m in model.modules())
+    return unwrap_torch_compiled(model) is not model or any(
+        compiled_call(m) is not None or isinstance(vars(m).get('forward'), CompiledForward) for m in model.modules())
 
 # %% ../nbs/09_compiler.ipynb #1b796bea
 def _inner(model):
     "`model` without its `DistributedDataParallel`, `DataParallel` and `torch.compile` wrappers"
-    while isinstance(model, (OptimizedModule, DistributedDataParallel, nn.DataParallel)):
-        model = model._orig_mod if isinstance(model, OptimizedModule) else model.module
-    return model
+    while True:
+        inner = unwrap_torch_compiled(model)
+        if isinstance(inner, (DistributedDataParallel, nn.DataParallel)): inner = inner.module
+        if inner is model: return model
+        model = inner
 
 # %% ../nbs/09_compiler.ipynb #393fecb7
 def _has_tf32(): return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
@@ -128,19 +138,24 @@ def _has_tf32(): return torch.cuda.is_available() and torch.cuda.get_device_capa
 # %% ../nbs/09_compiler.ipynb #cba3260c
 class CompilerCallback(Callback):
     "Compile the `Learner`'s model in place with `torch.compile` at the start of each fit"
-    order = AcceleratorCallback.order-1 # compile the bare model before `AcceleratorCallback` wraps it in DDP (PyTorch's advice)
+    # compile the bare model before `AcceleratorCallback` wraps it in DDP (PyTorch's advice)
+    order = AcceleratorCallback.order-1
     def __init__(self,
         fullgraph:bool=False, # Fail on graph breaks instead of splitting the model into several graphs
-        dynamic:bool|None=None, # True: dynamic shapes from the start; False: never; None: dynamic batch size where it varies
-        backend:str|Callable='inductor', # A `torch._dynamo.list_backends(exclude_tags=())` name, or a backend callable
+        # True: dynamic shapes from the start; False: never; None: dynamic batch size where it varies
+        dynamic:bool|None=None,
+        backend:str|Callable='inductor', # A `torch.compiler.list_backends(exclude_tags=())` name, or a backend callable
         mode:str|CompileMode|None=None, # A `CompileMode`; None is 'default'
         options:dict|None=None, # Backend options (for inductor: `torch._inductor.list_options()`); not with `mode`
-        matmul_precision:str|MatMulPrecision='high', # float32 matmul precision during the fit, where TensorFloat32 exists
+        # float32 matmul precision during the fit, where TensorFloat32 exists
+        matmul_precision:str|MatMulPrecision='high',
         recompile:bool=False, # Drop the compiled state at the next fit and compile afresh (`freeze_to` sets this)
         verbose:bool=False, # Print what is compiled, and how many graphs each fit captured
-        regional:bool=False, # Compile each block of the model's repeated `nn.ModuleList` blocks instead of the whole model
+        # Compile each block of the model's repeated `nn.ModuleList` blocks instead of the whole model
+        regional:bool=False,
     ):
-        if mode is not None and options is not None: raise ValueError("Pass `mode` or `options`, not both: `torch.compile` takes one of them")
+        if mode is not None and options is not None: raise ValueError("Pass `mode` or `options`, not both: "
+                                                                      "`torch.compile` takes one of them")
         mode = None if mode is None else _choice(CompileMode, mode, 'mode').value
         matmul_precision = _choice(MatMulPrecision, matmul_precision, 'matmul_precision').value
         store_attr(backend=_check_backend(backend))
@@ -156,7 +171,7 @@ def _frozen(learn): return learn.opt is not None and learn.opt.frozen_idx > 0
 def before_fit(self:CompilerCallback):
     learn = self.learn
     self.old_precision,self.graphs,self.compiling = torch.get_float32_matmul_precision(),_graphs(),False
-    if isinstance(learn.model, OptimizedModule): learn.model = _inner(learn.model)
+    if unwrap_torch_compiled(learn.model) is not learn.model: learn.model = _inner(learn.model)
     model = _inner(learn.model)
     if self.recompile: uncompile_model(model)
     self.recompile = False
@@ -164,9 +179,19 @@ def before_fit(self:CompilerCallback):
         uncompile_model(model) # its graphs would be dropped at `unfreeze` anyway
         return
     if not is_compiled(model):
-        if self.verbose: print(f"Compiling {type(model).__name__}{' regionally' if self.regional else ''} with backend={self.backend!r}, mode={self.mode!r}")
-        fsdp = getattr(learn.accelerator, 'fsdp', False) # FSDP2 gathers in hooks that dynamo won't trace
-        compile_model(model, self.regional, hooks=not fsdp, fullgraph=self.fullgraph, dynamic=self.dynamic, backend=self.backend, mode=self.mode, options=self.options)
+        if self.verbose: print(f"Compiling {type(model).__name__}{' regionally' if self.regional else ''} with "
+                               f"backend={self.backend!r}, mode={self.mode!r}")
+        fsdp = learn.accelerator is not None and learn.accelerator.fsdp # FSDP2 gathers in hooks that dynamo won't trace
+        compile_model(
+            model,
+            self.regional,
+            hooks=not fsdp,
+            fullgraph=self.fullgraph,
+            dynamic=self.dynamic,
+            backend=self.backend,
+            mode=self.mode,
+            options=self.options,
+        )
     self.compiling = True
     if _has_tf32(): torch.set_float32_matmul_precision(self.matmul_precision)
 
@@ -179,7 +204,8 @@ def after_fit(self:CompilerCallback):
 @patch
 def before_batch(self:CompilerCallback):
     learn = self.learn
-    if not self.compiling or self.dynamic is not None or (learn.training and getattr(learn.dl, 'drop_last', False)): return
+    if not self.compiling or self.dynamic is not None or (learn.training and getattr(learn.dl, 'drop_last', False)):
+        return
     for x in learn.xb:
         if isinstance(x, Tensor) and x.ndim: torch._dynamo.maybe_mark_dynamic(x, 0)
 
@@ -197,7 +223,9 @@ def compile(self:Learner, **kwargs):
 # %% ../nbs/09_compiler.ipynb #933642bb
 class DynamoExplainCallback(Callback):
     "Explain how `torch.compile` would split the model into graphs, on one batch, then cancel the fit"
-    order = AcceleratorCallback.order+1 # after it: cancelling runs every `after_fit`, and `AcceleratorCallback.after_fit` needs its `before_fit` to have run
+    # after it: cancelling runs every `after_fit`, and `AcceleratorCallback.after_fit` needs its `before_fit` to have
+    # run
+    order = AcceleratorCallback.order+1
     def __init__(self,
         print_results:bool=True, # Print the report
         out_guards:bool=False, # Also print the guards dynamo would check
@@ -249,8 +277,10 @@ def report(self:DynamoExplainCallback)->str:
     res = [f"{o.graph_count} graph(s), {o.graph_break_count} graph break(s), {o.op_count} op(s)"]
     for i,r in enumerate(o.break_reasons):
         res.append(f"  break {i+1}: {r.reason.split(chr(10))[0]}\n    at {_where(r)}")
-    if self.break_reasons: res += ["Break reasons:"] + [f"  {r.reason}\n  user stack: {r.user_stack}" for r in o.break_reasons]
-    if self.ops_per_graph: res += ["Ops per graph:"] + [f"  graph {i+1}: {ops}" for i,ops in enumerate(o.ops_per_graph or [])]
+    if self.break_reasons:
+        res += ["Break reasons:"] + [f"  {r.reason}\n  user stack: {r.user_stack}" for r in o.break_reasons]
+    if self.ops_per_graph:
+        res += ["Ops per graph:"] + [f"  graph {i+1}: {ops}" for i, ops in enumerate(o.ops_per_graph or [])]
     if self.out_guards: res += ["Guards:"] + [f"  {g}" for g in o.out_guards or []]
     return '\n'.join(res)
 
@@ -287,9 +317,10 @@ _export = _pre_compiler(Learner, 'export')
 def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
     "Export the content of `self` for inference, uncompiled and without compile or accelerate callbacks"
     model = self.model
-    self.model = _inner(model) if isinstance(model, OptimizedModule) else model
+    self.model = _inner(model) if unwrap_torch_compiled(model) is not model else model
     try:
-        with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, _compile_cbs)]): _export(self, fname, pickle_module, pickle_protocol)
+        with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, _compile_cbs)]):
+            _export(self, fname, pickle_module, pickle_protocol)
     finally: self.model = model
 
 # %% ../nbs/09_compiler.ipynb #afc2cc1d

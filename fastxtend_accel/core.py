@@ -67,25 +67,31 @@ def _step(self:Learner):
 # %% ../nbs/08_core.ipynb #6b1c5c9c
 class AcceleratorCallback(Callback):
     "Train a `Learner` with Hugging Face Accelerate: DDP, sharded data, mixed precision, gradient accumulation"
-    order,_default = MixedPrecision.order-5,'accelerator' # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
+    # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
+    order,_default = MixedPrecision.order-5,'accelerator'
     distributed = None # The work is shared between processes now (`AttachedAccelerator`): set by `_set_distributed`
     sync = True # This training batch ends its accumulation group: the optimizer steps (read by `CheckpointCallback`)
     in_loop = False # A fit's own training or validation loop is running (not a callback's own batch)
     @delegates(Accelerator, but=['device_placement'])
     def __init__(self,
-        accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `accelerator_kwargs`, `accelerate config` and launch flags
-        sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` when training on several processes (CUDA only)
-        smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
+        # A ready `Accelerator`; if None, one is built from `accelerator_kwargs`, `accelerate config` and launch flags
+        accelerator:Accelerator|None=None,
+        # Convert BatchNorm layers to `nn.SyncBatchNorm` when training on several processes (CUDA only)
+        sync_bn:bool=False,
+        # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
+        smooth_loss_every_batch:bool=False,
         **accelerator_kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, ...
     ):
         if accelerator is not None and accelerator_kwargs:
-            raise ValueError(f"Pass either a built `accelerator` or `Accelerator` arguments, not both (got {list(accelerator_kwargs)})")
+            raise ValueError("Pass either a built `accelerator` or `Accelerator` arguments, not both (got "
+                             f"{list(accelerator_kwargs)})")
         if accelerator is not None: check_accelerator(accelerator) # no DeepSpeed, no FSDP that would silently not shard
         self.accelerator = accelerator if accelerator is not None else make_accelerator(**accelerator_kwargs)
         self.fsdp_plugin = fsdp2_plugin(self.accelerator) # FSDP2: the model is sharded at the first fit, and stays so
         self.fsdp = self.fsdp_plugin is not None # The model is sharded with FSDP2 (read by `CompilerCallback`)
         if sync_bn and self.accelerator.device.type == 'cpu':
-            raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU. Leave `sync_bn=False` on CPU.")
+            raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU. Leave `sync_bn=False` "
+                             "on CPU.")
         self.sync_bn,self.n_acc,self.group = sync_bn,self.accelerator.gradient_accumulation_steps,1
         self.smooth_loss_every_batch = smooth_loss_every_batch
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
@@ -110,10 +116,14 @@ class AcceleratorCallback(Callback):
 @patch
 @delegates(AcceleratorCallback)
 def accelerate(self:Learner,
-    accelerator:Accelerator|None=None, # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
+    # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
+    accelerator:Accelerator|None=None,
     sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
-    smooth_loss_every_batch:bool=False, # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
-    **kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is the global batch), ...
+    # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
+    smooth_loss_every_batch:bool=False,
+    # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, `split_batches` (the loaders' `bs` is
+    # the global batch), ...
+    **kwargs
 ):
     "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
@@ -124,7 +134,8 @@ def accelerate(self:Learner,
 @functools.cache
 def _cpu_bf16_runs(rnn:type)->bool:
     "Whether torch's CPU bf16 autocast runs `rnn` (`nn.LSTM`, `nn.GRU`, `nn.RNN`) on this CPU"
-    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the forward
+    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the
+    # forward
     with torch.random.fork_rng(devices=[]): # the probe's weights must not move the user's random state
         try:
             with torch.autocast('cpu', dtype=torch.bfloat16): rnn(2, 2, batch_first=True)(torch.zeros(1, 1, 2))
@@ -134,30 +145,40 @@ def _cpu_bf16_runs(rnn:type)->bool:
 def _check_cpu_bf16(acc, model):
     "Refuse, before training, a model whose recurrent layers torch's CPU bf16 autocast can't run here"
     if acc.mixed_precision != 'bf16' or acc.device.type != 'cpu': return
-    bad = sorted({type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))})
-    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has no bf16 kernel for "
-                             f"its instruction set; CPUs with AVX-512 have one): train this model with `.accelerate(mixed_precision='no')` "
+    bad = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))}
+    )
+    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has "
+                             "no bf16 kernel for "
+                             "its instruction set; CPUs with AVX-512 have one): train this model with "
+                             "`.accelerate(mixed_precision='no')` "
                              "here, or in bf16 on a CPU with AVX-512 or a GPU.")
 
 @patch
 def _check_callbacks(self:AcceleratorCallback):
     learn,acc = self.learn,self.accelerator
     if acc.mixed_precision != self.precision:
-        raise ValueError(f"This learner was set up for mixed_precision={self.precision!r}, but a later `Accelerator` in this process "
-                         f"switched Accelerate to {acc.mixed_precision!r}: call `learn.accelerate(...)` again before fitting.")
+        raise ValueError(f"This learner was set up for mixed_precision={self.precision!r}, but a later `Accelerator` "
+                         "in this process "
+                         f"switched Accelerate to {acc.mixed_precision!r}: call `learn.accelerate(...)` again before "
+                         "fitting.")
     if fsdp2_plugin(acc) is not self.fsdp_plugin:
-        raise ValueError("A later `Accelerator` in this process replaced the FSDP setup this learner was accelerated with "
+        raise ValueError("A later `Accelerator` in this process replaced the FSDP setup this learner was accelerated "
+                         "with "
                          "(Accelerate keeps one per process): call `learn.accelerate(...)` again before fitting.")
     if acc.mixed_precision != 'no' and any(isinstance(cb, MixedPrecision) for cb in learn.cbs):
-        raise ValueError(f"fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's mixed_precision={acc.mixed_precision!r} "
-                         f"would both autocast and scale: remove it with `learn.remove_cb(MixedPrecision)` (or `to_fp32()`) "
+        raise ValueError("fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's "
+                         f"mixed_precision={acc.mixed_precision!r} "
+                         "would both autocast and scale: remove it with `learn.remove_cb(MixedPrecision)` (or "
+                         "`to_fp32()`) "
                          "and keep Accelerate's, or use `.accelerate(mixed_precision='no')`.")
     ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
     if ga:
         bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
         k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
         raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
-                         f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on {acc.num_processes} process(es)).")
+                         f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on "
+                         f"{acc.num_processes} process(es)).")
     _check_cpu_bf16(acc, learn.model)
 
 # %% ../nbs/08_core.ipynb #2e61e267
@@ -170,10 +191,15 @@ def before_fit(self:AcceleratorCallback):
     self._check_callbacks()
     acc,learn,is_fit = self.accelerator,self.learn,self.fit_starting
     self.fit_starting = False
-    self._set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp)) # a sharded model runs on every process together
+    # a sharded model runs on every process together
+    self._set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp))
     model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False) # undo what an interrupted fit left
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    learn.model = prepare_fsdp(acc, model, learn.opt) if self.fsdp else acc.prepare_model(model, evaluation_mode=not self.distributed)
+    learn.model = (
+        prepare_fsdp(acc, model, learn.opt)
+        if self.fsdp
+        else acc.prepare_model(model, evaluation_mode=not self.distributed)
+    )
     self.acc_opt = None if learn.opt is None or not is_fit else acc.prepare_optimizer(learn.opt, device_placement=False)
     self.old_loaders = [ShardedDL.unsharded(dl) for dl in learn.dls.loaders] # and after an interrupted fit
     learn.dls.loaders = [self._shard(dl) for dl in self.old_loaders]
@@ -204,7 +230,8 @@ def _restore(self:AcceleratorCallback):
 
 @patch
 def after_fit(self:AcceleratorCallback):
-    if self.distributed: sync_smooth_loss(self.learn) # a fit cancelled mid-epoch: what the `Recorder` recorded since its last epoch
+    # a fit cancelled mid-epoch: what the `Recorder` recorded since its last epoch
+    if self.distributed: sync_smooth_loss(self.learn)
     self.depth -= 1
     if self.depth == 0: self._restore()
 
@@ -273,7 +300,8 @@ def after_pred(self:AcceleratorCallback):
 @patch
 def after_loss(self:AcceleratorCallback):
     learn = self.learn
-    if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0: # reduced loss of nothing: nan
+    # reduced loss of nothing: nan
+    if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0:
         learn.loss = learn.loss_grad = learn.loss.new_zeros(())
 
 # %% ../nbs/08_core.ipynb #1cffbeb9
@@ -287,7 +315,8 @@ def single_process(self:Learner):
     self.model,self.dls.loaders = cb.accelerator.unwrap_model(model),[ShardedDL.unsharded(dl) for dl in loaders]
     cb._set_distributed(False)
     try:
-        with forward_refused(model) if cb.fsdp else nullcontext(): yield self # a sharded model runs only on every process together
+        # a sharded model runs only on every process together
+        with forward_refused(model) if cb.fsdp else nullcontext(): yield self
     finally:
         self.model,self.dls.loaders = model,loaders
         cb._set_distributed(True)
@@ -307,7 +336,8 @@ _fastai_to_detach = fastai_method(Learner, 'to_detach')
 
 @patch
 def to_detach(self:Learner, b, cpu=True, gather=True):
-    if self.accelerator is not None and not self.accelerator.distributed: gather = False # no collective for a process working alone
+    # no collective for a process working alone
+    if self.accelerator is not None and not self.accelerator.distributed: gather = False
     return _fastai_to_detach(self, b, cpu, gather)
 
 # %% ../nbs/08_core.ipynb #b34c4400
@@ -326,7 +356,8 @@ _fastai_one_batch = fastai_method(Learner, 'one_batch')
 
 @patch
 def one_batch(self:Learner, i, b):
-    if is_distributed(self) and not self.accelerator.in_loop and not self.accelerator.fsdp: # a callback's own batch: this process alone
+    # a callback's own batch: this process alone
+    if is_distributed(self) and not self.accelerator.in_loop and not self.accelerator.fsdp:
         with self.single_process(): return _fastai_one_batch(self, i, b)
     return _fastai_one_batch(self, i, b)
 

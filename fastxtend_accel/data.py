@@ -27,7 +27,8 @@ def is_lm_loader(dl):
 
 def _lm_rows(dl, world_size, split_batches):
     "`dl` laid out as one process reading the global batch (row `seq % bs`, chunk `seq // bs` of its streams), batching `bs` rows at a time"
-    state = random.getstate() # a new loader seeds itself from Python's `random`, with which `LMDataLoader` shuffles its documents
+    # a new loader seeds itself from Python's `random`, with which `LMDataLoader` shuffles its documents
+    state = random.getstate()
     g = dl if split_batches else dl.new(bs=dl.bs*world_size)
     random.setstate(state)
     res = copy(g)
@@ -43,14 +44,17 @@ class ShardedDL(DistributedDL):
         rank:int|None=None, # This process's index
         world_size:int|None=None, # Number of processes
         device=None, # Where batches go
-        split_batches:bool=False # `dl.bs` is the global batch, divided among the processes (else each process takes `dl.bs` items)
+        # `dl.bs` is the global batch, divided among the processes (else each process takes `dl.bs` items)
+        split_batches:bool=False
     ):
         self.source = dl # the user's loader, given back after the fit
         world_size = ifnone(world_size, num_distrib())
         if split_batches and (dl.bs is None or dl.bs % world_size):
             ok = [n for n in range(1, (dl.bs or 0)+1) if dl.bs % n == 0]
-            raise ValueError(f"`split_batches=True` divides each batch of {dl.bs} items among the processes, but {world_size} "
-                             f"processes can't share it evenly: launch {', '.join(map(str, ok))} processes, or use a `bs` "
+            raise ValueError(f"`split_batches=True` divides each batch of {dl.bs} items among the processes, but "
+                             f"{world_size} "
+                             f"processes can't share it evenly: launch {', '.join(map(str, ok))} processes, or use a "
+                             "`bs` "
                              f"that {world_size} divides (or `split_batches=False`: then `bs` is per process)")
         if is_lm_loader(dl): dl = _lm_rows(dl, world_size, split_batches)
         elif split_batches:
@@ -66,14 +70,20 @@ class ShardedDL(DistributedDL):
 
     def randomize(self):
         super().randomize()
-        self.source.rng = self.dl.rng # a split loader shuffles through its copy: keep the user's loader's generator in step
+        # a split loader shuffles through its copy: keep the user's loader's generator in step
+        self.source.rng = self.dl.rng
 
     def _broadcast(self, t, rank):
         if not dist.is_initialized(): return t
         # fastai's unshuffled order is the same on every process: no collective needed
         if not self.dl.shuffle and type(self.dl).get_idxs is DataLoader.get_idxs: return t
-        # only the sender converts its list (numpy: 6x faster than `torch.tensor` on a list of ints); the others receive into a buffer
-        x = torch.from_numpy(np.fromiter(t, np.int64, len(t))) if self.rank == rank else torch.empty(len(t), dtype=torch.int64)
+        # only the sender converts its list (numpy: 6x faster than `torch.tensor` on a list of ints); the others receive
+        # into a buffer
+        x = (
+            torch.from_numpy(np.fromiter(t, np.int64, len(t)))
+            if self.rank == rank
+            else torch.empty(len(t), dtype=torch.int64)
+        )
         return au.broadcast(x.to(PartialState().device), from_process=rank).tolist()
 
     def __len__(self):
@@ -82,7 +92,8 @@ class ShardedDL(DistributedDL):
 
     def get_idxs(self):
         idxs = list(self.dl.get_idxs())
-        if is_lm_loader(self.dl) and self.dl.shuffle: # `LMDataLoader` shuffles its documents, with Python's `random`: take process 0's order
+        # `LMDataLoader` shuffles its documents, with Python's `random`: take process 0's order
+        if is_lm_loader(self.dl) and self.dl.shuffle:
             self.dl.items.idxs[:] = self._broadcast(list(self.dl.items.idxs), 0) # in place: its `lens` share the list
             self.dl.make_chunks()
         idxs = self.epoch_order = self._broadcast(idxs, 0)
@@ -174,4 +185,5 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
                         num_workers=dl.num_workers, pin_memory=dl.pin_memory, create_batch=dl.collate_fn)
     if isinstance(dl, DataLoader): return ShardedDL(dl, rank=acc.process_index, world_size=acc.num_processes, device=acc.device,
                                                split_batches=getattr(acc, 'split_batches', False))
-    raise TypeError(f"Can't shard a {type(dl).__name__} across processes: use a fastai `DataLoader` or a torch `DataLoader`")
+    raise TypeError(f"Can't shard a {type(dl).__name__} across processes: use a fastai `DataLoader` or a torch "
+                    "`DataLoader`")

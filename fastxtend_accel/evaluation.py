@@ -20,15 +20,19 @@ __all__ = ['sync_smooth_loss']
 
 # %% ../nbs/04_evaluation.ipynb #b83eac3b
 _fastai_smooth_acc = fastai_method(AvgSmoothLoss, 'accumulate')
-AvgSmoothLoss.own,AvgSmoothLoss.n_own = None,0 # on several processes: this process's own smoothing, and the values recorded from it since
-                                                # the last `sync_smooth_loss` (`val` is the mean over processes after it)
+# on several processes: this process's own smoothing, and the values recorded from it since
+AvgSmoothLoss.own,AvgSmoothLoss.n_own = None,0
+                                                # the last `sync_smooth_loss` (`val` is the mean over processes after
+                                                # it)
 @patch
 def accumulate(self:AvgSmoothLoss, learn):
     if getattr(learn, 'accelerator', None) is None: return _fastai_smooth_acc(self, learn)
-    loss = learn.loss.detach() # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
+    # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
+    loss = learn.loss.detach()
     if loss.ndim: loss = loss.mean()
     several = is_distributed(learn)
-    own = self.own if several and self.count else None # this process's smoothing, which `sync_smooth_loss` leaves as it is
+    # this process's smoothing, which `sync_smooth_loss` leaves as it is
+    own = self.own if several and self.count else None
     self.val = torch.lerp(loss.cpu(), self.val if own is None else own, self.beta)
     if several: self.own,self.n_own = self.val,(self.n_own if self.count else 0)+1
     self.count += 1
@@ -84,7 +88,9 @@ def after_batch(self:TerminateOnNaNCallback):
     if self.learn.reduce(bad, 'max') > 0: raise CancelFitException
 
 # %% ../nbs/04_evaluation.ipynb #6e2957b8
-_fastai_lrf_before_fit,_fastai_lrf_after_fit = fastai_method(LRFinder, 'before_fit'),fastai_method(LRFinder, 'after_fit')
+_fastai_lrf_before_fit, _fastai_lrf_after_fit = fastai_method(LRFinder, 'before_fit'), fastai_method(
+    LRFinder, 'after_fit'
+)
 _fastai_lrf_after_batch = fastai_method(LRFinder, 'after_batch')
 
 @patch
@@ -115,9 +121,23 @@ _fastai_act_hook = fastai_method(ActivationStats, 'hook')
 def hook(self:ActivationStats, m, i, o):
     if isinstance(o, tuple) or not is_distributed(self.learn): return _fastai_act_hook(self, m, i, o)
     o = o.detach().double()
-    s = self.learn.reduce(torch.stack([o.sum(), (o*o).sum(), (o<=0.05).sum().double(), torch.tensor(float(o.numel()), device=o.device, dtype=o.dtype)]), 'sum')
+    s = self.learn.reduce(
+        torch.stack(
+            [
+                o.sum(),
+                (o * o).sum(),
+                (o <= 0.05).sum().double(),
+                torch.tensor(float(o.numel()), device=o.device, dtype=o.dtype),
+            ]
+        ),
+        'sum',
+    )
     mean = s[0]/s[3]
-    res = {'mean': mean.item(), 'std': ((s[1] - s[3]*mean**2)/(s[3]-1)).clamp_min(0).sqrt().item(), 'near_zero': (s[2]/s[3]).item()}
+    res = {
+        'mean': mean.item(),
+        'std': ((s[1] - s[3] * mean**2) / (s[3] - 1)).clamp_min(0).sqrt().item(),
+        'near_zero': (s[2] / s[3]).item(),
+    }
     if self.with_hist: res['hist'] = self.learn.reduce(o.float().histc(40,0,10), 'sum')
     return res
 
@@ -128,4 +148,5 @@ def _main_only(f):
         if self.learn is None or getattr(self.learn, 'is_main_process', True): return f(self, *args, **kwargs)
     return _inner
 
-for _name in ('plot_layer_stats', 'color_dim', 'hist'): setattr(ActivationStats, _name, _main_only(fastai_method(ActivationStats, _name)))
+for _name in ('plot_layer_stats', 'color_dim', 'hist'):
+    setattr(ActivationStats, _name, _main_only(fastai_method(ActivationStats, _name)))

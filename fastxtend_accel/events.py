@@ -14,7 +14,8 @@ __all__ = ['reset_event_lists']
 
 # %% ../nbs/05_events.ipynb #6b870192
 _fastai_call_one = fastai_method(Learner, '_call_one')
-_event_lists = weakref.WeakKeyDictionary() # learner -> {event name: its callbacks, in order; 'cbs': the callbacks they were made from}
+# learner -> {event name: its callbacks, in order; 'cbs': the callbacks they were made from}
+_event_lists = weakref.WeakKeyDictionary()
 
 def reset_event_lists(learn # A `Learner`
                      ):
@@ -59,7 +60,8 @@ def after_batch(self:Recorder):
     if not learn.training:
         for met in recorder_metrics(self, False): met.accumulate(learn)
         return
-    only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False) # what `recorder_metrics` gives then
+    # what `recorder_metrics` gives then
+    only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False)
     for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): met.accumulate(learn)
     self.lrs.append(_last_lr(learn.opt))
     learn.smooth_loss = self.smooth_loss.value

@@ -24,7 +24,8 @@ __all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator',
            'forward_refused', 'local_bytes', 'gathered']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
-_min_torch = '2.6' # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
+# `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
+_min_torch = '2.6'
 _has_fsdp2 = ismin_torch(_min_torch)
 if _has_fsdp2:
     from torch.distributed.fsdp import FSDPModule
@@ -34,22 +35,28 @@ else: FSDPModule = DTensor = type('_Missing', (), {}) # nothing is ever an insta
 # %% ../nbs/06_fsdp.ipynb #d9fab001
 def _env_flag(name): return os.environ.get(name, 'false').lower() == 'true' # how Accelerate reads its launch flags
 
-_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's optimizer and needs "
+_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's optimizer "
+                  "and needs "
     "`transformers`. To shard parameters, gradients and optimizer state across processes (as ZeRO-3 does), use FSDP2: "
-    "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate launch --use_fsdp --fsdp_version 2`, "
+    "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate launch --use_fsdp "
+    "--fsdp_version 2`, "
     "or choose FSDP (version 2) instead of DeepSpeed in `accelerate config`.")
 
 def _refuse_deepspeed(kwargs):
-    if kwargs.get('deepspeed_plugin') is not None or kwargs.get('deepspeed_plugins') is not None: raise ValueError(_deepspeed_msg)
+    if kwargs.get('deepspeed_plugin') is not None or kwargs.get('deepspeed_plugins') is not None:
+        raise ValueError(_deepspeed_msg)
     if _env_flag('ACCELERATE_USE_DEEPSPEED'):
-        raise ValueError(_deepspeed_msg + " (ACCELERATE_USE_DEEPSPEED=true is set, by `accelerate launch --use_deepspeed` or your `accelerate config`: unset it.)")
+        raise ValueError(_deepspeed_msg + " (ACCELERATE_USE_DEEPSPEED=true is set, by `accelerate launch "
+                                          "--use_deepspeed` or your `accelerate config`: unset it.)")
 
 def _fsdp_requested(kwargs):
     "Whether `Accelerator(**kwargs)` is asked for FSDP, by an argument or by `accelerate launch`/`accelerate config`"
     return kwargs.get('fsdp_plugin') is not None or _env_flag('ACCELERATE_USE_FSDP')
 
-_v1_msg = ("fastxtend_accel supports FSDP version 2 only, and Accelerate's `FullyShardedDataParallelPlugin` defaults to version 1: "
-           "pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, or set `fsdp_version: 2` in `accelerate config`.")
+_v1_msg = ("fastxtend_accel supports FSDP version 2 only, and Accelerate's `FullyShardedDataParallelPlugin` defaults "
+           "to version 1: "
+           "pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, or set "
+           "`fsdp_version: 2` in `accelerate config`.")
 
 def _check_version(kwargs):
     "Refuse a request for FSDP version 1 (the plugin's, else the launcher's `FSDP_VERSION`, whose default is 1)"
@@ -74,11 +81,16 @@ def _fsdp_error(acc):
     if is_fsdp2(acc): return None
     if acc.distributed_type == DistributedType.FSDP: return _v1_msg
     if acc.num_processes == 1:
-        return ("FSDP was requested, but this is a single process: FSDP shards a model across several processes. Launch several "
-                "(`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the FSDP request to train on one.")
-    return (f"FSDP was requested, but Accelerate set up {acc.distributed_type.value} on {acc.device.type}: Accelerate runs FSDP only on GPUs "
-            "(and other accelerator devices), and on CPU processes it trains plain, unsharded DDP without a warning. Run on GPUs, "
-            "or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, ACCELERATE_USE_FSDP, or FSDP in `accelerate config`) to train with DDP.")
+        return ("FSDP was requested, but this is a single process: FSDP shards a model across several processes. "
+                "Launch several "
+                "(`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the FSDP request to "
+                "train on one.")
+    return (f"FSDP was requested, but Accelerate set up {acc.distributed_type.value} on {acc.device.type}: Accelerate "
+            "runs FSDP only on GPUs "
+            "(and other accelerator devices), and on CPU processes it trains plain, unsharded DDP without a warning. "
+            "Run on GPUs, "
+            "or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, ACCELERATE_USE_FSDP, or FSDP in "
+            "`accelerate config`) to train with DDP.")
 
 def check_accelerator(acc:Accelerator # A ready accelerator, passed to `Learner.accelerate`
                      ):
@@ -114,7 +126,8 @@ def build_accelerator(**kwargs # Passed to `Accelerator`
     "`Accelerator(**kwargs)`, refusing DeepSpeed, and raising unless a request for FSDP (argument, launcher, `accelerate config`) gets FSDP2"
     _refuse_deepspeed(kwargs)
     fsdp = _fsdp_requested(kwargs)
-    if fsdp and not _has_fsdp2: raise ImportError(f"FSDP2 needs torch>={_min_torch} (found {torch.__version__}): `pip install -U 'torch>={_min_torch}'`")
+    if fsdp and not _has_fsdp2: raise ImportError(f"FSDP2 needs torch>={_min_torch} (found {torch.__version__}): `pip "
+                                                  f"install -U 'torch>={_min_torch}'`")
     if fsdp: _check_version(kwargs)
     if fsdp or accelerate_state('distributed_type') == DistributedType.FSDP: reset_accelerate_state(partial=True)
     env = os.environ.get('ACCELERATE_USE_FSDP')
@@ -122,7 +135,8 @@ def build_accelerator(**kwargs # Passed to `Accelerator`
     finally:
         if env is None: os.environ.pop('ACCELERATE_USE_FSDP', None)
         else: os.environ['ACCELERATE_USE_FSDP'] = env
-    if fsdp and _force_cpu_fsdp and acc.distributed_type == DistributedType.MULTI_CPU: _force_fsdp(acc, kwargs.get('fsdp_plugin'))
+    if fsdp and _force_cpu_fsdp and acc.distributed_type == DistributedType.MULTI_CPU:
+        _force_fsdp(acc, kwargs.get('fsdp_plugin'))
     if fsdp and (msg := _fsdp_error(acc)): raise ValueError(msg)
     return acc
 
@@ -168,11 +182,13 @@ def _meta_copy(model):
         if isinstance(vars(m).get('forward'), CompiledForward): del m.forward # compiled with the hooks outside
     return res
 
-_skeletons = weakref.WeakKeyDictionary() # sharded model -> its unsharded copy on the meta device, for `save`, `load` and `export`
+# sharded model -> its unsharded copy on the meta device, for `save`, `load` and `export`
+_skeletons = weakref.WeakKeyDictionary()
 
 def _skeleton(model):
     if model not in _skeletons:
-        raise ValueError("This model was sharded outside fastxtend_accel, which can't rebuild it unsharded: let `learn.accelerate(fsdp_plugin=...)` shard it.")
+        raise ValueError("This model was sharded outside fastxtend_accel, which can't rebuild it unsharded: let "
+                         "`learn.accelerate(fsdp_plugin=...)` shard it.")
     return _skeletons[model]
 
 # %% ../nbs/06_fsdp.ipynb #395023a0
@@ -221,7 +237,8 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
         reshard(model)
         _track(acc, model)
     else:
-        if not acc.state.fsdp_plugin.cpu_ram_efficient_loading: _broadcast(model) # with it, Accelerate broadcasts itself
+        # with it, Accelerate broadcasts itself
+        if not acc.state.fsdp_plugin.cpu_ram_efficient_loading: _broadcast(model)
         skeleton = _meta_copy(model)
         old = list({id(p): p for p in (_opt_params(opt) if opt is not None else model.parameters())}.values())
         model,new = _prepare(acc, model, old)
@@ -230,14 +247,18 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
     if opt is not None:
         ids = {id(p) for p in model.parameters()}
         stale = [p for p in _opt_params(opt) if id(p) not in ids]
-        if stale: raise ValueError(f"`learn.opt` steps {len(stale)} parameter(s) that are not the sharded model's, and would update them "
-                                   "for nothing: call `learn.create_opt()` to build an optimizer on the sharded parameters.")
+        if stale: raise ValueError(f"`learn.opt` steps {len(stale)} parameter(s) that are not the sharded model's, and "
+                                   "would update them "
+                                   "for nothing: call `learn.create_opt()` to build an optimizer on the sharded "
+                                   "parameters.")
     return model
 
 # %% ../nbs/06_fsdp.ipynb #70ed2cdb
 def _refuse(m, args):
-    raise RuntimeError("The model is sharded with FSDP2: it runs only on every process together, never on one alone (it would wait "
-                       "forever for the others). Run it on every process, outside `main_process_only` and `Learner.single_process`.")
+    raise RuntimeError("The model is sharded with FSDP2: it runs only on every process together, never on one alone "
+                       "(it would wait "
+                       "forever for the others). Run it on every process, outside `main_process_only` and "
+                       "`Learner.single_process`.")
 
 @contextmanager
 def forward_refused(model:nn.Module # A module sharded with FSDP2
@@ -255,7 +276,11 @@ def local_bytes(model:nn.Module, # A model, sharded or not
     loc = lambda t: t.to_local() if isinstance(t, DTensor) else t
     nb = lambda ts: sum(loc(t).numel()*t.element_size() for t in ts)
     params = nb(model.parameters())
-    state = 0 if opt is None else nb(v for st in _states(opt) for s in st.values() for v in s.values() if isinstance(v, Tensor) and v.ndim)
+    state = (
+        0
+        if opt is None
+        else nb(v for st in _states(opt) for s in st.values() for v in s.values() if isinstance(v, Tensor) and v.ndim)
+    )
     return dict(params=params, opt=state, total=params+state)
 
 # %% ../nbs/06_fsdp.ipynb #53dc5584
@@ -307,7 +332,8 @@ def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2
              with_opt:bool=False # Gather the optimizer state too
             ):
     "Inside, on the main process, `learn.model` is a plain copy with the full weights (and `learn.opt` has full state); every process must enter"
-    if getattr(learn, 'accelerator', None) is None or not is_sharded(learn.model): # a user's own `fully_shard`: fastai's way
+    # a user's own `fully_shard`: fastai's way
+    if getattr(learn, 'accelerator', None) is None or not is_sharded(learn.model):
         yield
         return
     model = _unsharded_model(learn.model)
@@ -325,7 +351,8 @@ _load = kept(Learner, 'load', 'pre_fsdp')
 def load(self:Learner, file, device=None, **kwargs):
     "Load model and optimizer state from `self.path/self.model_dir/file`; into an FSDP2-sharded model, each process keeping its shards"
     model = self.model
-    if self.accelerator is None or not is_sharded(model): return _load(self, file, device, **kwargs) # fastai's, unless we sharded it
+    # fastai's, unless we sharded it
+    if self.accelerator is None or not is_sharded(model): return _load(self, file, device, **kwargs)
     if self.opt is None: self.create_opt() # on the sharded parameters
     reshard(model)
     plain = deepcopy(_skeleton(model)).to_empty(device='cpu')

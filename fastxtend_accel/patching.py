@@ -20,7 +20,7 @@ __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 
            'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
            'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics', 'compiled_call',
            'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled', 'compiled_graphs',
-           'plain_tensors', 'copy_metadata', 'set_module_tensor']
+           'clear_compiled_graphs', 'plain_tensors', 'copy_metadata', 'set_module_tensor']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -30,7 +30,8 @@ def check_fastai_version(version:str=fastai.__version__ # A fastai version strin
     "`version` if the patches support it, else an ImportError saying which versions do and what to do"
     lo,hi = supported_fastai
     if Version(lo) <= Version(version) < Version(hi): return version
-    raise ImportError(f"fastxtend_accel patches fastai {lo}.x internals and was tested with fastai 2.8.12, but fastai {version} is installed: "
+    raise ImportError(f"fastxtend_accel patches fastai {lo}.x internals and was tested with fastai 2.8.12, but fastai "
+                      f"{version} is installed: "
                       f"`pip install 'fastai>={lo},<{hi}'`, or use a fastxtend_accel release made for fastai {version}.")
 
 check_fastai_version()
@@ -44,8 +45,10 @@ def kept(cls:type, # The class whose method is replaced
     key = f'_{tag}_{name}'
     if key not in vars(cls):
         if name not in vars(cls):
-            raise AttributeError(f"{cls.__module__}.{cls.__qualname__} has no `{name}` to patch: fastxtend_accel supports fastai "
-                                 f"{supported_fastai[0]}.x (`pip install 'fastai>={supported_fastai[0]},<{supported_fastai[1]}'`)")
+            raise AttributeError(f"{cls.__module__}.{cls.__qualname__} has no `{name}` to patch: fastxtend_accel "
+                                 "supports fastai "
+                                 f"{supported_fastai[0]}.x (`pip install "
+                                 f"'fastai>={supported_fastai[0]},<{supported_fastai[1]}'`)")
         setattr(cls, key, vars(cls)[name])
     return vars(cls)[key]
 
@@ -160,10 +163,16 @@ def unwrap_torch_compiled(model:nn.Module)->nn.Module:
     from torch._dynamo.eval_frame import OptimizedModule # imported when needed: dynamo is slow to import
     return model._orig_mod if isinstance(model, OptimizedModule) else model
 
-def compiled_graphs()->int:
-    "The number of graphs dynamo captured in this process (since `torch._dynamo.utils.counters.clear()`)"
+def compiled_graphs(stat:str='unique_graphs' # What to count: 'unique_graphs' (graphs captured), 'calls_captured' (ops in them)
+                   )->int:
+    "What dynamo counted in this process since `clear_compiled_graphs`"
     from torch._dynamo.utils import counters
-    return counters['stats']['unique_graphs']
+    return counters['stats'][stat]
+
+def clear_compiled_graphs():
+    "Start dynamo's counts afresh"
+    from torch._dynamo.utils import counters
+    counters.clear()
 
 # %% ../nbs/01_patching.ipynb #5291c3a1
 def plain_tensors():

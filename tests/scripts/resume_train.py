@@ -5,7 +5,7 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.test_utils import *
-import fastxtend_accel.state as state
+import fastxtend_accel.codec as codec # the files of a checkpoint are written through it
 from fastxtend_accel.checkpoint import CheckpointCallback
 
 p = argparse.ArgumentParser()
@@ -18,11 +18,11 @@ args = p.parse_args()
 out = Path(args.out)
 
 if args.slow_save:
-    save = state._atomic_save
+    save = codec.atomic_save
     def slow(obj, fn):
         if fn.name == 'state.pt' and '-e0001-' in str(fn.parent): time.sleep(30)
         save(obj, fn)
-    state._atomic_save = slow
+    codec.atomic_save = slow
 
 class Sleep(Callback):
     def after_batch(self): time.sleep(args.sleep)
@@ -33,5 +33,5 @@ learn.model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.3), nn.Li
 learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate)
 learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Sleep()])
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values, losses=learn.recorder.losses,
-                own_smooth=vars(learn.recorder.smooth_loss).get('own')), # on several processes, each process's own smoothing
+                own_smooth=learn.recorder.smooth_loss.own), # on several processes, each process's own smoothing
            out/f'final-rank{learn.accelerator.process_index}.pt')
