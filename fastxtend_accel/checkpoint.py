@@ -86,7 +86,7 @@ class Resumption:
         learn:Learner, # The learner whose fit resumes
         ckpt:Path # The checkpoint folder
     ):
-        "Step 1, at `before_fit`: load the weights, optimizer, loss scaler and callbacks' fields; start at the checkpoint's epoch"
+        "Step 1, at `before_fit`: load weights, optimizer, scaler, callbacks' fields; start at the checkpoint's epoch"
         self.learn,self.ckpt,self.undo,self.pending = learn,ckpt,[],True
         self.p = learn.load_state(ckpt, with_rng=False) # where the fit stood, its random states and its `Recorder`
         learn._start_epoch = self.p['epoch'] # `Learner._do_fit` starts there
@@ -95,7 +95,7 @@ class Resumption:
 # %% ../nbs/15_checkpoint.ipynb #4d4d4f11
 @patch
 def skip_done(self:Resumption)->list:
-    "Step 2, at `before_train` of the checkpoint's epoch: the loader gives the items not yet trained on; returns the epoch's order"
+    "Step 2, at `before_train` of the checkpoint's epoch: the loader gives the items not trained on; returns its order"
     learn,p = self.learn,self.p
     dl,outer,g = train_loader(learn),learn.dls.train,_global_bs(learn)
     done = p.get('done', p['batch']*p.get('global_bs', g))
@@ -151,24 +151,12 @@ class CheckpointCallback(Callback):
         async_save:bool=False
     ):
         for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1): raise ValueError(f"`{k}` "
-                                                                                                            "must be "
-                                                                                                            "a whole "
-                                                                                                            "number "
-                                                                                                            ">= 1 or "
-                                                                                                            "None, "
-                                                                                                            f"got {v!r}")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"`{k}` must be a whole number >= 1 or None, got {v!r}")
         if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
         store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
-        self.path, self.n_fit, self.resumption, self.fit_token, self.nested, self.old_handlers, self.quieted = (
-            Path(path),
-            -1,
-            None,
-            None,
-            0,
-            {},
-            [],
-        )
+        self.path,self.n_fit,self.resumption,self.fit_token = Path(path),-1,None,None
+        self.nested,self.old_handlers,self.quieted = 0,{},[]
 
 # %% ../nbs/15_checkpoint.ipynb #e1e0f648
 @patch
@@ -184,7 +172,7 @@ def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
 
 @patch
 def _prune(self:CheckpointCallback, saved):
-    "Once a checkpoint was `saved` (none is in flight then): remove all but the `keep` newest, and what a kill left, on the main process"
+    "Once a checkpoint was `saved` (none in flight): remove all but the `keep` newest, and what a kill left"
     if saved and self.learn.is_main_process:
         for p in _checkpoints(self.path)[: -self.keep] + list(self.path.glob('.tmp-ckpt-*')):
             shutil.rmtree(p, ignore_errors=True)
@@ -234,7 +222,7 @@ def _remove_handlers(self:CheckpointCallback):
 
 # %% ../nbs/15_checkpoint.ipynb #5c8db735
 def _quiet_wif(wif, worker_id):
-    "Run `wif` in a loader worker that ignores SIGTERM/SIGINT: the main process checkpoints first, then ends its workers"
+    "Run `wif` in a loader worker that ignores SIGTERM/SIGINT: the main process checkpoints, then ends its workers"
     for s in (signal.SIGTERM, signal.SIGINT): signal.signal(s, signal.SIG_IGN)
     return wif(worker_id)
 
@@ -285,7 +273,7 @@ def after_fit(self:CheckpointCallback):
 # %% ../nbs/15_checkpoint.ipynb #2b32e5d0
 @patch
 def _tell_resume(self:CheckpointCallback, p, g, n):
-    "On the main process: say which checkpoint the fit resumes from, and warn when its global batch `g` on `n` processes differs from the checkpoint's"
+    "On the main process: say which checkpoint the fit resumes from; warn if its global batch `g` differs"
     print(
         f'Resuming from {self.ckpt}'
         + (f" (written by {p['world_size']} process(es), now {n})" if p.get('world_size', n) != n else '')

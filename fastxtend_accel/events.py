@@ -30,8 +30,9 @@ def _call_one(self:Learner, event_name):
     cbs = lists.get(event_name)
     if cbs is None:
         if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-        cbs = lists[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or
-                                   (callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ()))]
+        def works(cb):
+            return callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ())
+        cbs = lists[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or works(cb)]
     for cb in cbs: cb(event_name)
 
 # %% ../nbs/05_events.ipynb #ab7638dc
