@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch import nn
 from fastai.basics import *
 from fastai.callback.hook import Hook
+from .collectives import is_distributed # declares `Learner.accelerator`
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from .patching import (kept, accelerate_state, set_accelerate_state, reset_accelerate_state,
