@@ -14,10 +14,11 @@ from fastai.collab import *
 from fastai.text.all import *
 
 # %% auto #0
-__all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_tabular_df',
-           'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs', 'synth_text_learner',
-           'synth_lm_learner', 'digits_images', 'synth_image_learner', 'StopAt', 'free_port', 'torchrun_cmd',
-           'accelerate_launch_cmd', 'run_cmd', 'start_cmd', 'wait_for', 'kill_group', 'signal_proc']
+__all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_regression_learner',
+           'synth_tabular_df', 'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs',
+           'synth_text_learner', 'synth_lm_learner', 'digits_images', 'synth_image_learner', 'Chatty', 'Block',
+           'BlockNet', 'StopAt', 'free_port', 'torchrun_cmd', 'accelerate_launch_cmd', 'run_cmd', 'start_cmd',
+           'wait_for', 'kill_group', 'signal_proc']
 
 # %% ../nbs/00_test_utils.ipynb #aeca2da4
 def tiny_mlp(n_in:int=64, # Input features
@@ -33,7 +34,9 @@ def digits_tensors(n:int|None=None # Number of images to use (all 1797 if None)
                   )->tuple:
     "scikit-learn's digits as float inputs in [0, 1] (`n`x64) and integer targets"
     try: from sklearn.datasets import load_digits
-    except ImportError: raise ImportError("The digits data comes with scikit-learn: `pip install 'fastxtend-accel[dev]'` (or `pip install scikit-learn`)") from None
+    except ImportError:
+        raise ImportError("The digits data comes with scikit-learn: `pip install 'fastxtend-accel[dev]'` "
+                          "(or `pip install scikit-learn`)") from None
     x,y = load_digits(return_X_y=True)
     return torch.tensor(x[:n], dtype=torch.float32)/16, torch.tensor(y[:n])
 
@@ -68,15 +71,42 @@ def datablock_learner(n:int|None=512, # Number of digits images to use (all 1797
     "A `Learner` on the digits built with fastai's `DataBlock`: `TensorCategory` targets, `CrossEntropyLossFlat`"
     x,y = digits_tensors(n)
     set_seed(seed)
-    dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=_At(x), get_y=_At(y.tolist()), splitter=RandomSplitter(0.2, seed=seed))
+    dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=_At(x), get_y=_At(y.tolist()),
+                       splitter=RandomSplitter(0.2, seed=seed))
     dls = dblock.dataloaders(range(len(x)), bs=bs, device='cpu')
-    return Learner(dls, tiny_mlp(64, hidden, len(dls.vocab), p), loss_func=CrossEntropyLossFlat(), **{'metrics': accuracy, **kwargs})
+    return Learner(dls, tiny_mlp(64, hidden, len(dls.vocab), p), loss_func=CrossEntropyLossFlat(),
+                   **{'metrics': accuracy, **kwargs})
+
+# %% ../nbs/00_test_utils.ipynb #354f839e
+def synth_regression_learner(n:int=192, # Items: 8 standard normal inputs each, and a target linear in them
+                             n_valid:int=40, # The last `n_valid` items are the validation set
+                             n_train:int|None=None, # The first `n_train` items are the training set (all `n` if None)
+                             bs:int=16, # Batch size
+                             shuffle:bool=False, # Shuffle the training set (and drop its last incomplete batch)
+                             seed:int=0, # Seed of the data and the loaders' shuffling; `seed+1` of the model's weights
+                             index_input:bool=False, # Make the first input the item's index, which the target ignores
+                             noise:float=0., # Standard deviation of the noise added to the targets
+                             **kwargs # Passed to `Learner`
+                            )->Learner:
+    "A `Learner` fitting a linear function of 8 inputs with `tiny_mlp(8, 16, 1)`, in two parameter groups"
+    set_seed(seed) # before the loaders, which seed their shuffling from Python's random state
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    if index_input: x[:,0] = torch.arange(n).float()
+    y = x[:,int(index_input):] @ torch.randn(8-index_input, 1, generator=g)
+    if noise: y = y + noise*torch.randn(n, 1, generator=g)
+    splits = [range(ifnone(n_train, n)), range(n-n_valid, n)]
+    dls = Datasets(range(n), [[x.__getitem__], [y.squeeze(1).__getitem__]], splits=splits).dataloaders(
+        bs=bs, shuffle=shuffle, num_workers=0, device='cpu')
+    torch.manual_seed(seed+1)
+    return Learner(dls, tiny_mlp(8, 16, 1), loss_func=MSELossFlat(), splitter=lambda m: [params(m[0]), params(m[2])],
+                   **kwargs)
 
 # %% ../nbs/00_test_utils.ipynb #50fac4d2
 def synth_tabular_df(n:int=300, # Rows
                      seed:int=0 # Seed of the values
                     )->pd.DataFrame:
-    "A DataFrame with 2 categorical and 2 continuous columns (10% of `x` missing) and a 'yes'/'no' `label` that depends on them"
+    "2 categorical and 2 continuous columns (10% of `x` missing), and a 'yes'/'no' `label` that depends on them"
     rng = np.random.default_rng(seed)
     df = pd.DataFrame(dict(colour=rng.choice(['red', 'green', 'blue'], n), size=rng.choice(['S', 'M', 'L', 'XL'], n),
                            x=rng.normal(size=n), y=rng.normal(2, 3, size=n)))
@@ -89,14 +119,15 @@ def synth_tabular_learner(n:int=300, # Rows; the last fifth is the validation se
                           bs:int=32, # Batch size
                           seed:int=0, # Seed of the data, the loaders' shuffling and the model's initial weights
                           p:float=0., # Dropout of the layers and the embeddings
-                          bn:bool=False, # BatchNorm layers, as `tabular_learner` has by default (statistics differ per process)
+                          bn:bool=False, # BatchNorm layers, `tabular_learner`'s default (statistics differ per process)
                           **kwargs # Passed to `tabular_learner`
                          )->TabularLearner:
     "A `tabular_learner` on `synth_tabular_df`, with `Categorify`, `FillMissing` and `Normalize`"
     df = synth_tabular_df(n, seed)
     set_seed(seed)
-    dls = TabularDataLoaders.from_df(df, procs=[Categorify, FillMissing, Normalize], cat_names=['colour', 'size'], cont_names=['x', 'y'],
-                                     y_names='label', valid_idx=list(range(n-n//5, n)), bs=bs, device='cpu', num_workers=0)
+    dls = TabularDataLoaders.from_df(df, procs=[Categorify, FillMissing, Normalize], cat_names=['colour', 'size'],
+                                     cont_names=['x', 'y'], y_names='label', valid_idx=list(range(n-n//5, n)), bs=bs,
+                                     device='cpu', num_workers=0)
     config = tabular_config(ps=p, embed_p=p, use_bn=bn, bn_cont=bn, bn_final=False)
     return tabular_learner(dls, layers=[16], config=config, **{'metrics': accuracy, **kwargs})
 
@@ -116,7 +147,7 @@ def synth_ratings(n:int=400, # Ratings
 
 def synth_collab_learner(n:int=400, # Ratings; a fifth, drawn at random, is the validation set
                          bs:int=32, # Batch size
-                         seed:int=0, # Seed of the data, the split, the loaders' shuffling and the model's initial weights
+                         seed:int=0, # Seed of the data, the split, the loaders' shuffling and the initial weights
                          **kwargs # Passed to `collab_learner`
                         )->Learner:
     "A `collab_learner` (8 factors, `y_range=(0, 5.5)`) on `synth_ratings`"
@@ -131,7 +162,7 @@ def synth_token_seqs(n:int=256, # Sequences
                      vocab_sz:int=20, # Distinct tokens
                      seed:int=0 # Seed of the tokens
                     )->tuple:
-    "`n` sequences of tokens `w0`..., and labels: 'pos' when tokens of the vocabulary's lower half outnumber the others, else 'neg'"
+    "`n` sequences of tokens `w0`..., labelled 'pos' where the vocabulary's lower half outnumbers the upper, else 'neg'"
     g = torch.Generator().manual_seed(seed)
     seqs = torch.randint(0, vocab_sz, (n, seq_len), generator=g)
     labels = ['pos' if (s < vocab_sz//2).sum() > (s >= vocab_sz//2).sum() else 'neg' for s in seqs]
@@ -145,16 +176,20 @@ def synth_text_learner(n:int=256, # Sequences; a fifth, drawn at random, is the 
                        bn:bool=False, # The BatchNorm layers of fastai's classifier head (statistics differ per process)
                        **kwargs # Passed to `Learner`
                       )->Learner:
-    "An `AWD_LSTM` classifier on `synth_token_seqs`, numericalized by a `DataBlock`, with `ModelResetter` and `RNNCallback`"
+    "An `AWD_LSTM` classifier on `synth_token_seqs` from a `DataBlock`, with `ModelResetter` and `RNNCallback`"
     items,labels = synth_token_seqs(n, seed=seed)
     set_seed(seed)
-    dblock = DataBlock(blocks=(TransformBlock(type_tfms=Numericalize(min_freq=1)), CategoryBlock), get_x=_At(items), get_y=_At(labels),
-                       splitter=RandomSplitter(0.2, seed=seed))
+    dblock = DataBlock(blocks=(TransformBlock(type_tfms=Numericalize(min_freq=1)), CategoryBlock), get_x=_At(items),
+                       get_y=_At(labels), splitter=RandomSplitter(0.2, seed=seed))
     dls = dblock.dataloaders(range(n), bs=bs, device='cpu', num_workers=0)
-    config = dict(emb_sz=16, n_hid=32, n_layers=1, pad_token=1, output_p=p, hidden_p=p, input_p=p, embed_p=p, weight_p=weight_p)
-    model = get_text_classifier(AWD_LSTM, len(dls.vocab[0]), len(dls.vocab[1]), seq_len=12, config=config, lin_ftrs=[16], ps=[p])
-    if not bn: model[1].layers = nn.Sequential(LinBnDrop(48, 16, bn=False, p=p, act=nn.ReLU()), LinBnDrop(16, len(dls.vocab[1]), bn=False, p=p))
-    return Learner(dls, model, loss_func=CrossEntropyLossFlat(), cbs=[ModelResetter(), RNNCallback()], **{'metrics': accuracy, **kwargs})
+    config = dict(emb_sz=16, n_hid=32, n_layers=1, pad_token=1, output_p=p, hidden_p=p, input_p=p, embed_p=p,
+                  weight_p=weight_p)
+    model = get_text_classifier(AWD_LSTM, len(dls.vocab[0]), len(dls.vocab[1]), seq_len=12, config=config,
+                                lin_ftrs=[16], ps=[p])
+    if not bn: model[1].layers = nn.Sequential(LinBnDrop(48, 16, bn=False, p=p, act=nn.ReLU()),
+                                               LinBnDrop(16, len(dls.vocab[1]), bn=False, p=p))
+    return Learner(dls, model, loss_func=CrossEntropyLossFlat(), cbs=[ModelResetter(), RNNCallback()],
+                   **{'metrics': accuracy, **kwargs})
 
 # %% ../nbs/00_test_utils.ipynb #cd6fe432
 def synth_lm_learner(n_docs:int=60, # Documents; the last fifth is the validation set
@@ -165,16 +200,20 @@ def synth_lm_learner(n_docs:int=60, # Documents; the last fifth is the validatio
                      weight_p:float=0.1, # Dropout of the LSTM's hidden-to-hidden weights (> 0: see above)
                      **kwargs # Passed to `Learner`
                     )->Learner:
-    "An `AWD_LSTM` language model on `LMDataLoader` streams of counting documents, with `ModelResetter` and `RNNCallback`"
+    "An `AWD_LSTM` language model on `LMDataLoader` streams of counting documents, with `ModelResetter`, `RNNCallback`"
     g = torch.Generator().manual_seed(seed)
-    docs = [LMTensorText((torch.randint(0, 28, (1,), generator=g) + torch.arange(int(torch.randint(20, 60, (1,), generator=g)))*
-                          torch.randint(1, 4, (1,), generator=g)) % 28 + 2) for _ in range(n_docs)] # tokens 0 and 1: unknown, padding
+    def doc(): # tokens 0 and 1 are unknown and padding
+        start,n,step = [torch.randint(lo, hi, (1,), generator=g) for lo,hi in ((0, 28), (20, 60), (1, 4))]
+        return LMTensorText((start + torch.arange(int(n))*step) % 28 + 2)
+    docs = [doc() for _ in range(n_docs)]
     set_seed(seed)
     n_train = n_docs - n_docs//5
-    dls = DataLoaders(LMDataLoader(docs[:n_train], bs=bs, seq_len=seq_len, shuffle=True), LMDataLoader(docs[n_train:], bs=bs, seq_len=seq_len), device='cpu')
-    config = dict(emb_sz=16, n_hid=32, n_layers=1, pad_token=1, output_p=p, hidden_p=p, input_p=p, embed_p=p, weight_p=weight_p, tie_weights=True, out_bias=True)
-    return Learner(dls, get_language_model(AWD_LSTM, 30, config=config), loss_func=CrossEntropyLossFlat(), cbs=[ModelResetter(), RNNCallback()],
-                   **{'metrics': accuracy, **kwargs})
+    dls = DataLoaders(LMDataLoader(docs[:n_train], bs=bs, seq_len=seq_len, shuffle=True),
+                      LMDataLoader(docs[n_train:], bs=bs, seq_len=seq_len), device='cpu')
+    config = dict(emb_sz=16, n_hid=32, n_layers=1, pad_token=1, output_p=p, hidden_p=p, input_p=p, embed_p=p,
+                  weight_p=weight_p, tie_weights=True, out_bias=True)
+    return Learner(dls, get_language_model(AWD_LSTM, 30, config=config), loss_func=CrossEntropyLossFlat(),
+                   cbs=[ModelResetter(), RNNCallback()], **{'metrics': accuracy, **kwargs})
 
 # %% ../nbs/00_test_utils.ipynb #308d7771
 def digits_images(n:int|None=None # Number of images (all 1797 if None)
@@ -191,7 +230,8 @@ def synth_image_learner(n:int=256, # Images; a fifth, drawn at random, is the va
     "A conv net on `digits_images`, batches made float and normalized by `IntToFloatTensor` and `Normalize`"
     imgs,y = digits_images(n)
     set_seed(seed)
-    dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=_At(imgs), get_y=_At(y.tolist()), splitter=RandomSplitter(0.2, seed=seed),
+    dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=_At(imgs), get_y=_At(y.tolist()),
+                       splitter=RandomSplitter(0.2, seed=seed),
                        batch_tfms=[IntToFloatTensor(), Normalize.from_stats([0.3], [0.4], cuda=False)])
     dls = dblock.dataloaders(range(n), bs=bs, device='cpu', num_workers=0)
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
@@ -199,16 +239,55 @@ def synth_image_learner(n:int=256, # Images; a fifth, drawn at random, is the va
     return Learner(dls, model, loss_func=CrossEntropyLossFlat(), **{'metrics': accuracy, **kwargs})
 
 # %% ../nbs/00_test_utils.ipynb #108553ee
-app_learners = dict(tabular=synth_tabular_learner, collab=synth_collab_learner, text=synth_text_learner, lm=synth_lm_learner,
-                    images=synth_image_learner)
+app_learners = dict(tabular=synth_tabular_learner, collab=synth_collab_learner, text=synth_text_learner,
+                    lm=synth_lm_learner, images=synth_image_learner)
+
+# %% ../nbs/00_test_utils.ipynb #622a8eeb
+class Chatty(nn.Module):
+    "Linear, BatchNorm, then a `print` (a graph break for dynamo), then Linear: 64 inputs, 10 outputs"
+    def __init__(self):
+        super().__init__()
+        self.a,self.bn,self.b = nn.Linear(64, 32),nn.BatchNorm1d(32),nn.Linear(32, 10)
+    def forward(self, x):
+        x = self.bn(self.a(x))
+        print(end='') # dynamo can't trace print: the graph breaks here
+        return self.b(x)
+
+# %% ../nbs/00_test_utils.ipynb #e1828fc1
+class Block(nn.Module):
+    "`x + gelu(lin(norm(x)))`: a residual block of width `d`"
+    def __init__(self, d:int): super().__init__(); self.norm,self.lin = nn.LayerNorm(d),nn.Linear(d, d)
+    def forward(self, x): return x + F.gelu(self.lin(self.norm(x)))
+
+class BlockNet(nn.Module):
+    "A stem (64 inputs), `n` `Block`s of width `d` in an `nn.ModuleList`, a head (10 outputs)"
+    def __init__(self,
+                 d:int=64, # Width of the blocks
+                 n:int=8 # Number of blocks
+                ):
+        super().__init__()
+        self.stem,self.blocks,self.head = nn.Linear(64, d),nn.ModuleList(Block(d) for _ in range(n)),nn.Linear(d, 10)
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks: x = b(x)
+        return self.head(x)
 
 # %% ../nbs/00_test_utils.ipynb #0dc51bde
 class StopAt(Callback):
-    "Cancel the fit after training batch `at_iter` of epoch `at_epoch`, as a crash there would"
+    "Cancel fit `fit` after batch `at_iter` of epoch `at_epoch`'s training (or after all of it), as a crash there would"
     order = 99
-    def __init__(self, at_epoch:int, at_iter:int): store_attr()
+    def __init__(self,
+                 at_epoch:int, # Epoch to stop in
+                 at_iter:int|None=None, # Training batch after which to stop; None: after the epoch's `after_train`
+                 fit:int=0 # Fit to stop, counted from 0 as checkpoints count them (`fine_tune` runs two fits)
+                ): store_attr(); self.n_fit = -1
+    def before_fit(self):
+        if not self.learn.lock.locked(): self.n_fit += 1 # `validate`, `get_preds` send `before_fit` too, in the lock
+    def _here(self): return (self.n_fit, self.epoch) == (self.fit, self.at_epoch)
     def after_batch(self):
-        if self.training and (self.epoch, self.iter) == (self.at_epoch, self.at_iter): raise CancelFitException()
+        if self.training and self.iter == self.at_iter and self._here(): raise CancelFitException()
+    def after_train(self):
+        if self.at_iter is None and self._here(): raise CancelFitException()
 
 # %% ../nbs/00_test_utils.ipynb #8a64e92d
 def free_port()->int:
@@ -217,11 +296,14 @@ def free_port()->int:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
 
-def torchrun_cmd(n:int=2, # Processes
-                 *args # More `torchrun` flags
+def torchrun_cmd(n:int=2, # Processes (per launch)
+                 *args, # More `torchrun` flags
+                 nodes:int=1 # Launches meeting at one rendezvous, as nodes would: run the command that many times
                 )->list:
     "The command starting `n` processes on this machine with `torchrun`; append the script and its arguments"
-    return [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', str(n), *args]
+    meet = (['--standalone'] if nodes == 1 else
+            ['--nnodes', str(nodes), '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'localhost:{free_port()}'])
+    return [sys.executable, '-m', 'torch.distributed.run', *meet, '--nproc_per_node', str(n), *args]
 
 def accelerate_launch_cmd(*flags # `accelerate launch` flags
                          )->list:
@@ -240,7 +322,8 @@ def run_cmd(cmd:list, # The command and its arguments
     "Run `cmd` to the end and return its result, with stdout and stderr as text"
     res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=cwd)
     if check and res.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {res.returncode}\n{res.stdout[-3000:]}\n"
+                           f"{res.stderr[-5000:]}")
     return res
 
 def start_cmd(cmd:list, # The command and its arguments
@@ -248,8 +331,8 @@ def start_cmd(cmd:list, # The command and its arguments
               cwd:str|Path|None=None # Folder to run in (this one if None)
              )->subprocess.Popen:
     "Start `cmd` in a new process group, its stdout and stderr together in `.stdout`, and return at once"
-    return subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(env),
-                            start_new_session=True)
+    return subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=_env(env), start_new_session=True)
 
 # %% ../nbs/00_test_utils.ipynb #281fef0c
 def wait_for(cond:Callable, # Returns True when the awaited state is reached
@@ -260,7 +343,8 @@ def wait_for(cond:Callable, # Returns True when the awaited state is reached
     end = time.time() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the process ended (exit {proc.returncode}) before the awaited state:\n{proc.stdout.read().decode()[-3000:]}")
+            raise RuntimeError(f"the process ended (exit {proc.returncode}) before the awaited state:\n"
+                               f"{proc.stdout.read().decode()[-3000:]}")
         if time.time() > end:
             if proc is not None: kill_group(proc)
             raise TimeoutError(f"waited {timeout} s in vain")
