@@ -418,6 +418,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                        'fastxtend_accel/test_utils.py'),
                                             'fastxtend_accel.test_utils.run_cmd': ( 'test_utils.html#run_cmd',
                                                                                     'fastxtend_accel/test_utils.py'),
+                                            'fastxtend_accel.test_utils.run_ranks': ( 'test_utils.html#run_ranks',
+                                                                                      'fastxtend_accel/test_utils.py'),
                                             'fastxtend_accel.test_utils.signal_proc': ( 'test_utils.html#signal_proc',
                                                                                         'fastxtend_accel/test_utils.py'),
                                             'fastxtend_accel.test_utils.start_cmd': ( 'test_utils.html#start_cmd',
