@@ -1,28 +1,17 @@
 "torch.compile for fastai on real processes and the cases the compiler lessons only partly cover: recompiles per fit, bad choices, export, freezing, fine_tune, bf16 under Accelerate."
-import copy, importlib, os, socket, subprocess, sys
-from pathlib import Path
-
+import copy, importlib, sys
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 from fastai.basics import Learner, Callback, params, set_seed
-from accelerate.state import AcceleratorState
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits, Chatty, BlockNet, torchrun_cmd, run_cmd, run_ranks
 from fastxtend_accel.core import AcceleratorCallback
 import fastxtend_accel.compiler as compiler
 from fastxtend_accel.compiler import *
+from conftest import SCRIPTS
 
-SCRIPTS = Path(__file__).parent/'scripts'
-
-@pytest.fixture(autouse=True)
-def fresh_state():
-    "Each test starts with empty dynamo caches and counters, and a fresh Accelerate state"
-    torch._dynamo.reset(); counters.clear()
-    AcceleratorState._reset_state(reset_partial_state=True)
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
+pytestmark = pytest.mark.usefixtures('fresh_state')
 
 def graphs(): return counters['stats']['unique_graphs']
 
@@ -40,27 +29,6 @@ def fit(learn, n_epoch=1, lr=1e-2, **kwargs):
 def train_losses(learn, n_epoch=2): return [v[0] for v in fit(learn, n_epoch).recorder.values]
 
 def weights(model): return torch.cat([o.detach().flatten().float() for o in model.state_dict().values()])
-
-class Chatty(nn.Module):
-    "A model with a deliberate graph break"
-    def __init__(self): super().__init__(); self.a,self.bn,self.b = nn.Linear(64, 32),nn.BatchNorm1d(32),nn.Linear(32, 10)
-    def forward(self, x):
-        x = self.bn(self.a(x))
-        print(end='')
-        return self.b(x)
-
-class Block(nn.Module):
-    def __init__(self, d): super().__init__(); self.norm,self.lin = nn.LayerNorm(d),nn.Linear(d, d)
-    def forward(self, x): return x + F.gelu(self.lin(self.norm(x)))
-
-class BlockNet(nn.Module):
-    def __init__(self, d=32, n=4):
-        super().__init__()
-        self.stem,self.blocks,self.head = nn.Linear(64, d),nn.ModuleList(Block(d) for _ in range(n)),nn.Linear(d, 10)
-    def forward(self, x):
-        x = self.stem(x)
-        for b in self.blocks: x = b(x)
-        return self.head(x)
 
 ## Compiling
 
@@ -134,7 +102,7 @@ def test_matmul_precision_only_where_tf32_exists():
 def test_regional_compiles_each_block_and_matches_eager():
     def learner():
         learn = digits(n=256)
-        set_seed(1); learn.model = BlockNet()
+        set_seed(1); learn.model = BlockNet(d=32, n=4)
         return learn
     eager = train_losses(learner(), 1)
     learn = learner().compile(backend='aot_eager', regional=True)
@@ -154,7 +122,7 @@ def test_dynamo_explain_reports_break_cancels_fit_and_keeps_model():
     out = learn.dynamo_explain.explain_output
     assert out.graph_break_count >= 1 and 'print' in out.break_reasons[0].reason
     report = learn.dynamo_explain.report()
-    assert '1 graph break(s)' in report and "print(end='')" in report and 'test_compiler.py' in report
+    assert '1 graph break(s)' in report and "print(end='')" in report and 'test_utils.py' in report
     assert learn.train_iter == 0, "the fit ran batches"
     for k,v in learn.model.state_dict().items(): assert torch.equal(v, before[k]), k
     assert not is_compiled(learn.model)
@@ -261,19 +229,9 @@ def test_accelerate_bf16_either_order_same_losses():
     assert losses(True) == losses(False)
     assert graphs() >= 1
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
 @pytest.mark.bf16
 def test_two_processes_bf16_compiled(tmp_path):
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_addr', '127.0.0.1',
-           '--master_port', str(free_port()), str(SCRIPTS/'compile_ddp.py'), str(tmp_path)]
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-4000:]
-    r0,r1 = [torch.load(tmp_path/f'rank{i}.pt') for i in range(2)]
+    r0,r1 = run_ranks(torchrun_cmd(2) + [SCRIPTS/'compile_ddp.py', tmp_path], tmp_path)
     for name in ('compile_first', 'accelerate_first', 'eager', 'fp32'):
         assert r0[name]['num_processes'] == 2 and (r0[name]['rank'], r1[name]['rank']) == (0, 1)
         assert r0[name]['compiled'] == (name != 'eager') and r0[name]['model_type'] == 'Sequential'
@@ -292,6 +250,6 @@ def test_two_processes_bf16_compiled(tmp_path):
 
 def test_old_torch_gets_actionable_error():
     code = "import torch; torch.__version__ = '2.1.0'\nimport fastxtend_accel.compiler"
-    p = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    p = run_cmd([sys.executable, '-c', code], timeout=120, check=False)
     assert p.returncode != 0
     assert 'needs torch>=2.2' in p.stderr and 'pip install' in p.stderr and 'found 2.1.0' in p.stderr

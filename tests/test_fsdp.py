@@ -7,15 +7,8 @@ from torch import nn, Tensor
 from fastai.learner import load_learner
 from accelerate.utils import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from fastxtend_accel.core import *
-from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, torchrun_cmd, run_cmd
+from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, torchrun_cmd, run_cmd, run_ranks, free_port
 from conftest import SCRIPTS
-
-def _launch(cmd, out, n=2):
-    "Run `cmd`; judge it by the result file each rank writes (gloo runs here sometimes abort at exit after finishing)"
-    res = run_cmd(cmd, timeout=900, check=False)
-    files = [out/f'rank{r}.pt' for r in range(n)]
-    if not all(f.exists() for f in files): pytest.fail(f"exit {res.returncode}, missing results\n{res.stdout[-3000:]}\n{res.stderr[-5000:]}")
-    return [torch.load(f, weights_only=False) for f in files]
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
@@ -23,13 +16,14 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return _launch(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,env,errors'], out), out
+    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,env,errors'], out,
+                     timeout=900), out
 
 @pytest.fixture(scope='module')
 def bf16_runs(tmp_path_factory):
     "The bf16 scenario alone, in a launch of its own: `tools/test.sh` runs it again with native bf16 hidden"
     out = tmp_path_factory.mktemp('fsdp_bf16')
-    return _launch(torchrun_cmd(2) + [SCRIPTS/'fsdp_scenarios.py', out, 'bf16'], out)
+    return run_ranks(torchrun_cmd(2) + [SCRIPTS/'fsdp_scenarios.py', out, 'bf16'], out, timeout=900)
 
 # FSDP2 vs DDP, unless a line says otherwise: gradients reduce-scattered instead of all-reduced, the same float32 math with sums in
 # another order; 1e-5 where values are equal or a few ulps apart here
@@ -182,7 +176,6 @@ dist.destroy_process_group()
 def test_own_fully_shard_without_accelerator(tmp_path):
     "A model the user sharded with `fully_shard`, in a learner without `.accelerate()`: `save`/`load` do what stock fastai does"
     import json, sys
-    from fastxtend_accel.test_utils import free_port
     out = {}
     for mode in ('stock', 'lib'):
         r = run_cmd([sys.executable, '-c', _OWN_SHARDING, mode, str(free_port()), str(tmp_path/mode)], check=False)
