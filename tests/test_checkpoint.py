@@ -154,12 +154,13 @@ def test_evaluation_is_not_a_fit(tmp_path):
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     assert [p.name for p in tmp_path.glob('ckpt-*')] == ['ckpt-e0001-b000000-f000']
 
-def test_torch_dataloader_refused_mid_epoch():
+def test_torch_dataloader_refusal_names_the_loader():
+    "The refusal of `every_steps` on a torch `DataLoader` (its lesson: nbs/15_checkpoint.ipynb) says which loader it got"
     from torch.utils.data import DataLoader as TorchDL
     from fastai.data.core import DataLoaders
     learn = synth_learner_digits(n=256)
     learn.dls = DataLoaders(TorchDL(learn.dls.train.dataset, batch_size=32), TorchDL(learn.dls.valid.dataset, batch_size=32))
-    with pytest.raises(ValueError, match='needs a fastai `DataLoader`.*torch.utils.data.dataloader.DataLoader'):
+    with pytest.raises(ValueError, match=r'this one is a torch\.utils\.data\.dataloader\.DataLoader'):
         learn.fit(1, cbs=CheckpointCallback(every_steps=2))
 
 def test_resume_after_last_batch_with_workers(tmp_path):

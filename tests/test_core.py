@@ -165,16 +165,6 @@ torch.save(res, sys.argv[2])
     assert torch.equal(torch.stack(stock['losses']), torch.stack(patched['losses']))
     assert torch.equal(stock['preds'], patched['preds'])
 
-def test_bad_input():
-    learn = synth_learner_digits(n=64)
-    with pytest.raises(ValueError, match=r"\['no', 'fp8', 'fp16', 'bf16'\]"): learn.accelerate(mixed_precision='fp32')
-    for n in (0, -1, 2.0, '2'):
-        with pytest.raises(ValueError, match='whole number >= 1'): learn.accelerate(gradient_accumulation_steps=n)
-    learn.to_fp16()
-    learn.accelerate(mixed_precision='bf16')
-    with pytest.raises(ValueError, match=r'learn\.remove_cb\(MixedPrecision\)'): learn.fit(1)
-    with pytest.raises(ValueError, match='needs CUDA'): learn.accelerate(sync_bn=True)
-
 def test_validate_inside_accelerated_fit():
     "A callback that validates inside a fit: the fit goes on prepared, and the learner is restored afterwards"
     from fastai.callback.core import Callback
