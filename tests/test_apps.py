@@ -2,7 +2,6 @@
 `.accelerate()` on 1 process (as stock fastai) and on 2 (as 1 with the same global batches), bf16, `.compile()`, evaluation on
 rank 0 alone, and exact resume after a SIGKILL. The launched scenarios are tests/scripts/app_scenarios.py."""
 import importlib.util, math, multiprocessing, os, signal
-from pathlib import Path
 import pytest, torch
 from fastcore.foundation import L
 from fastai.torch_core import apply
@@ -11,9 +10,10 @@ from torch._dynamo.utils import counters
 import fastxtend_accel.core # `Learner.accelerate`
 from fastxtend_accel.compiler import is_compiled
 from fastxtend_accel.checkpoint import latest_checkpoint
-from fastxtend_accel.test_utils import app_learners, torchrun_cmd, run_cmd, wait_for
+from fastxtend_accel.test_utils import app_learners, torchrun_cmd, run_ranks, wait_for
+from conftest import SCRIPTS
 
-SCRIPT = Path(__file__).parent/'scripts'/'app_scenarios.py'
+SCRIPT = SCRIPTS/'app_scenarios.py'
 APPS = list(app_learners)
 
 def _import_script():
@@ -60,9 +60,7 @@ def single(tmp_path_factory):
 def two(tmp_path_factory):
     "The scenarios on 2 processes (batches of 16 each), in one torchrun launch for all applications"
     d = tmp_path_factory.mktemp('two')
-    res = run_cmd(torchrun_cmd(2) + [SCRIPT, d], timeout=240, check=False)
-    assert all((d/f'rank{r}.pt').exists() for r in range(2)), res.stdout[-2000:] + res.stderr[-4000:]
-    return [torch.load(d/f'rank{r}.pt', weights_only=False) for r in range(2)]
+    return run_ranks(torchrun_cmd(2) + [SCRIPT, d], d, timeout=240)
 
 @pytest.mark.parametrize('app', APPS)
 def test_one_process_is_stock_fastai(app, single):

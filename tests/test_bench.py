@@ -1,40 +1,95 @@
-"Smoke runs of the benchmarks with tiny sizes: they run and print their tables and targets (timings are read, never asserted)."
+"""Smoke runs of the benchmarks with tiny sizes: every section runs and prints its rows, timings are well-formed numbers, and
+each target's verdict is the one its printed ratio and limit give. Whether a target is met is read, never asserted."""
 import re, sys
-from conftest import REPO, run
+from fastxtend_accel.test_utils import run_cmd
+from conftest import REPO
 
-def bench(script, *args): return run([sys.executable, REPO/'bench'/script, *map(str, args)], timeout=600).stdout
+NUM = r'\d+\.\d+'
+
+def bench(script, *args): return run_cmd([sys.executable, REPO/'bench'/script, *map(str, args)], timeout=600, cwd=REPO).stdout
 
 def rows(out, label):
     "The table rows of `out` whose first cell is `label`"
     return re.findall(rf'^\| {re.escape(label)}\s*\|.*$', out, re.M)
 
+def cells(out, label, i=0):
+    "The cells after the first of the `i`-th table row of `out` whose first cell is `label`"
+    found = rows(out, label)
+    assert len(found) > i, f'no row {label!r} in\n{out}'
+    return [c.strip() for c in found[i].strip('|').split('|')[1:]]
+
+def timing(out, label):
+    "The median of the timing row `label` (median, min-max, ...), checked to be a positive number between the min and max"
+    med,span = cells(out, label)[:2]
+    assert re.fullmatch(NUM, med) and re.fullmatch(rf'{NUM}-{NUM}', span), (label, med, span)
+    lo,hi = map(float, span.split('-'))
+    assert 0 < float(med) and lo <= float(med) <= hi, (label, med, span)
+    return float(med)
+
+def judged(value, limit, verdict, met=('PASS', 'FAIL')):
+    "Whether `verdict` is the one `value <= limit` gives (allowing for `value` rounded to 3 decimals on the limit)"
+    return verdict == met[value > limit] or abs(value - limit) <= 5e-4
+
+def summary(out):
+    "The targets of the summary table ending `out`: `{name: (measured, limit, result)}`, each result checked against its numbers"
+    res = {}
+    for line in out[out.index('| target (issue 12) |'):].splitlines()[2:]:
+        name,measured,limit,verdict = [c.strip() for c in line.strip('|').split('|')]
+        if limit: # else a count, judged by the benchmark alone
+            assert re.fullmatch(rf'{NUM}x', measured) and re.fullmatch(r'[\d.]+x', limit), line
+            assert judged(float(measured[:-1]), float(limit[:-1]), verdict), line
+        res[name] = measured,limit,verdict
+    return res
+
 def test_bench_loop_smoke():
     out = bench('bench_loop.py', '--steps', 4, '--repeats', 1, '--hidden', 32, '--bs', 16)
-    for variant in ('torch loop', 'Accelerate loop', 'fastai Learner', 'fastxtend_accel Learner', 'fastai TfmdDL (iterate)'): assert rows(out, variant)
-    assert re.search(r'^target: fastxtend_accel Learner / Accelerate loop <= 1.05x: [\d.]+x -> (PASS|FAIL)$', out, re.M)
+    for variant in ('torch loop', 'Accelerate loop', 'fastai Learner', 'fastxtend_accel Learner', 'fastai TfmdDL (iterate)'):
+        timing(out, variant)
+    assert cells(out, 'Accelerate loop')[2] == '1.000x'
+    m = re.search(rf'^target: fastxtend_accel Learner / Accelerate loop <= ({NUM})x: ({NUM})x -> (PASS|FAIL)$', out, re.M)
+    assert m, out
+    assert cells(out, 'fastxtend_accel Learner')[2] == f'{m[2]}x' # the table's ratio
+    assert judged(float(m[2]), float(m[1]), m[3]), m[0]
+
+TARGETS = ('tiny: fastxtend_accel Learner / Accelerate loop', 'tiny: fastxtend_accel Learner / torch loop (next target)',
+           'mid-size: fastxtend_accel Learner / Accelerate loop', 'TfmdDL epoch: fastxtend_accel Learner / fastai Learner',
+           'short fits: fastxtend_accel Learner / fastai Learner')
 
 def test_bench_fastai_one_process_smoke():
     out = bench('bench_fastai.py', '--quick', '--sections', 'models', 'data', 'fits')
     assert len(rows(out, 'fastxtend_accel Learner')) == 3 # tiny and mid-size models, short fits
     for variant in ('torch loop', 'Accelerate loop', 'fastai Learner, TfmdDL', 'fastxtend_accel Learner, TfmdDL', 'TfmdDL (iterate)',
-                    'Accelerate loop, one prepare'): assert rows(out, variant)
-    for target in ('tiny: fastxtend_accel Learner / Accelerate loop', 'tiny: fastxtend_accel Learner / torch loop (next target)',
-                   'mid-size: fastxtend_accel Learner / Accelerate loop', 'TfmdDL epoch: fastxtend_accel Learner / fastai Learner',
-                   'short fits: fastxtend_accel Learner / fastai Learner'):
-        assert re.search(rf'^\| {re.escape(target)} \| [\d.]+x \| [\d.]+x \| (PASS|FAIL) \|$', out, re.M), target
+                    'Accelerate loop, one prepare'): timing(out, variant)
+    assert list(summary(out)) == list(TARGETS)
 
 def test_bench_fastai_memory_smoke():
     out = bench('bench_fastai.py', '--quick', '--sections', 'memory')
     for variant in ('torch loop', 'Accelerate loop', 'fastai Learner', 'fastxtend_accel Learner'):
-        peak = rows(out, variant)[0].split('|')[2]
-        assert float(peak) > 50 # MiB: the process's peak RSS, torch included
-    assert rows(out, 'peak memory (RSS): fastxtend_accel Learner / Accelerate loop')
+        assert float(cells(out, variant)[0]) > 50 # MiB: the process's peak RSS, torch included
+    assert list(summary(out)) == ['peak memory (RSS): fastxtend_accel Learner / Accelerate loop',
+                                  'RSS growth while training: fastxtend_accel Learner / Accelerate loop']
 
 def test_bench_fastai_two_processes_smoke():
     out = bench('bench_fastai.py', '--quick', '--sections', 'ddp')
     for variant in ('Accelerate DDP loop', 'fastxtend_accel Learner', 'the TfmdDL alone (iterate)', 'ShardedDL over the TfmdDL (iterate)'):
-        assert rows(out, variant)
+        timing(out, variant)
     # 8 batches per process in quick mode: one optimizer step and one gradient all-reduce (one DDP bucket) per batch
-    assert rows(out, 'Accelerate DDP loop')[1].split('|')[2:4] == [' 8 ', ' 8 ']
-    assert rows(out, 'fastxtend_accel Learner')[1].split('|')[2:4] == [' 8 ', ' 8 ']
-    assert re.search(r'^\| 2 processes: gradient all-reduces == optimizer steps \| 8 == 8 \| \| PASS \|$', out, re.M)
+    assert cells(out, 'Accelerate DDP loop', 1)[:2] == ['8', '8']
+    assert cells(out, 'fastxtend_accel Learner', 1)[:2] == ['8', '8']
+    targets = summary(out)
+    assert list(targets) == ['2 processes: fastxtend_accel Learner / Accelerate DDP loop',
+                             '2 processes: gradient all-reduces == optimizer steps',
+                             '2 processes: ShardedDL over a TfmdDL / the TfmdDL alone']
+    assert targets['2 processes: gradient all-reduces == optimizer steps'] == ('8 == 8', '', 'PASS')
+
+def test_bench_gpu_smoke():
+    "The GPU benchmark on the CPU, tiny: no GPU needed"
+    out = bench('bench_gpu.py', '--device', 'cpu', '--tiny')
+    for v in ('torch loop', 'Accelerate loop', 'fastxtend_accel Learner', 'Accelerate loop + compile', 'fastxtend_accel Learner + compile'):
+        med = cells(out, v)[0]
+        assert re.fullmatch(r'\d+\.\d\d', med) and float(med) > 0, (v, med) # ms/step
+    assert cells(out, 'Accelerate loop')[3] == cells(out, 'Accelerate loop + compile')[3] == '1.000x'
+    for learner,loop in (('fastxtend_accel Learner', 'Accelerate loop'), ('fastxtend_accel Learner + compile', 'Accelerate loop + compile')):
+        m = re.search(rf"^target: {re.escape(learner)} <= 1.03x the {re.escape(loop)}: ({NUM})x -> (met|NOT met)", out, re.M)
+        assert m and cells(out, learner)[3] == f'{m[1]}x', out
+        assert judged(float(m[1]), 1.03, m[2], met=('met', 'NOT met')), m[0]

@@ -1,22 +1,12 @@
 "Exact resume after kills and preemption, on real processes (tests/scripts/resume_train.py)."
-import os, signal, subprocess, sys, time
+import signal, sys
 import pytest, torch
-from pathlib import Path
-from conftest import SCRIPTS, REPO, torchrun, run
-from fastxtend_accel.test_utils import synth_learner_digits, StopAt
+from conftest import SCRIPTS
+from fastxtend_accel.test_utils import (synth_learner_digits, tiny_mlp, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for,
+                                        kill_group, signal_proc)
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 
 SCRIPT = SCRIPTS/'resume_train.py'
-
-def start(cmd): return subprocess.Popen([str(c) for c in cmd], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        env={**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONWARNINGS': 'ignore'}, start_new_session=True)
-
-def wait_for(cond, proc, timeout=180):
-    end = time.time() + timeout
-    while not cond():
-        if proc.poll() is not None: pytest.fail(f'training ended before the kill:\n{proc.stdout.read().decode()[-3000:]}')
-        if time.time() > end: proc.kill(); pytest.fail('timed out waiting')
-        time.sleep(0.1)
 
 def mid_epoch(d, epoch=1):
     ck = latest_checkpoint(d/'ckpt')
@@ -27,30 +17,28 @@ def finals(d, n=1): return [torch.load(d/f'final-rank{r}.pt', weights_only=False
 @pytest.fixture(scope='module')
 def reference(tmp_path_factory):
     d = tmp_path_factory.mktemp('ref')
-    run([sys.executable, SCRIPT, d])
+    run_cmd([sys.executable, SCRIPT, d])
     return finals(d)[0]
 
 def test_sigkill_mid_epoch_resumes_exactly(tmp_path, reference):
-    proc = start([sys.executable, SCRIPT, tmp_path, '--sleep', '0.03'])
+    proc = start_cmd([sys.executable, SCRIPT, tmp_path, '--sleep', '0.03'])
     wait_for(lambda: mid_epoch(tmp_path), proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_group(proc)
     assert not (tmp_path/'final-rank0.pt').exists()
     killed_at = latest_checkpoint(tmp_path/'ckpt').name
     assert '-b000000-' not in killed_at # a mid-epoch checkpoint
-    run([sys.executable, SCRIPT, tmp_path])
+    run_cmd([sys.executable, SCRIPT, tmp_path])
     res = finals(tmp_path)[0]
     for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
     assert res['values'] == reference['values']
 
 def test_sigkill_during_checkpoint_write(tmp_path, reference):
-    proc = start([sys.executable, SCRIPT, tmp_path, '--slow-save'])
+    proc = start_cmd([sys.executable, SCRIPT, tmp_path, '--slow-save'])
     wait_for(lambda: any(p.name.startswith('.tmp-ckpt-e0001') for p in (tmp_path/'ckpt').glob('.tmp-*')), proc)
     before = latest_checkpoint(tmp_path/'ckpt')
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_group(proc)
     assert latest_checkpoint(tmp_path/'ckpt') == before and before.name.startswith('ckpt-e0000')
-    run([sys.executable, SCRIPT, tmp_path])
+    run_cmd([sys.executable, SCRIPT, tmp_path])
     res = finals(tmp_path)[0]
     for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
     assert res['values'] == reference['values']
@@ -60,16 +48,16 @@ def test_sigterm_two_processes(tmp_path_factory):
     "2 processes in bf16 with gradient accumulation, SIGTERM to torchrun mid-epoch, then resumed"
     ref,d = tmp_path_factory.mktemp('ref2'),tmp_path_factory.mktemp('term2')
     opts = ['--mixed-precision', 'bf16', '--accumulate', '2']
-    run(torchrun(2) + [SCRIPT, ref, *opts])
-    proc = start(torchrun(2) + [SCRIPT, d, '--sleep', '0.03', *opts])
+    run_cmd(torchrun_cmd(2) + [SCRIPT, ref, *opts])
+    proc = start_cmd(torchrun_cmd(2) + [SCRIPT, d, '--sleep', '0.03', *opts])
     wait_for(lambda: mid_epoch(d), proc)
-    os.kill(proc.pid, signal.SIGTERM) # to the launcher, which passes it on to both processes
-    out = proc.communicate(timeout=120)[0].decode()
+    signal_proc(proc, signal.SIGTERM, timeout=120) # to the launcher, which passes it on to both processes
+    out = proc.stdout.read().decode()
     assert not (d/'final-rank0.pt').exists(), out[-2000:]
     ck = latest_checkpoint(d/'ckpt')
     # each process wrote its part of the tensors (DCP) and its random states; the main process the rest
     assert sorted(p.name for p in ck.iterdir()) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
-    run(torchrun(2) + [SCRIPT, d, *opts])
+    run_cmd(torchrun_cmd(2) + [SCRIPT, d, *opts])
     for res,exp in zip(finals(d, 2), finals(ref, 2)): # resumed vs uninterrupted, in bf16: < 1e-8 here
         for a,b in zip(res['params'], exp['params']): assert (a - b).abs().max() <= 1e-6
         assert (torch.stack(res['losses']) - torch.stack(exp['losses'])).abs().max() <= 1e-6
@@ -118,17 +106,8 @@ def _learner():
     from fastai.basics import set_seed
     set_seed(0)
     learn = synth_learner_digits(n=512, bs=32)
-    learn.model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.3), torch.nn.Linear(64, 10))
+    learn.model = tiny_mlp(p=0.3)
     return learn
-
-def _crash_at(epoch, it, fit=1):
-    from fastai.basics import Callback, CancelFitException
-    class Crash(Callback):
-        order,fits = 99,0
-        def before_fit(self): self.fits += 1
-        def after_batch(self):
-            if self.fits == fit and self.training and self.epoch == epoch and self.iter == it: raise CancelFitException()
-    return Crash()
 
 def _same(a, b):
     assert all(torch.equal(x, y) for x,y in zip(a.model.parameters(), b.model.parameters()))
@@ -144,9 +123,9 @@ def test_resume_twice_with_trackers(tmp_path):
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(4, 1e-2, cbs=[SaveModelCallback(), *cbs])
         return learn
     ref = fit()
-    fit(CheckpointCallback(tmp_path/'ck', every_steps=5), _crash_at(2, 3))
+    fit(CheckpointCallback(tmp_path/'ck', every_steps=5), StopAt(2, 3))
     first = latest_checkpoint(tmp_path/'ck')
-    fit(CheckpointCallback(tmp_path/'ck', every_steps=5, resume=True), _crash_at(2, 9))
+    fit(CheckpointCallback(tmp_path/'ck', every_steps=5, resume=True), StopAt(2, 9))
     assert first.exists() and latest_checkpoint(tmp_path/'ck').name == 'ckpt-e0002-b000006-f000'
     _same(fit(CheckpointCallback(tmp_path/'ck', every_steps=5, resume=True)), ref)
 
@@ -160,7 +139,7 @@ def test_resume_at_fit_boundary(tmp_path):
         return learn
     ref = run()
     cb = CheckpointCallback(tmp_path, every_epochs=1)
-    run(cb, _crash_at(0, 3, fit=2))
+    run(cb, StopAt(0, 3, fit=1)) # in the second fit
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000000-f000'
     _same(run(CheckpointCallback(tmp_path, every_epochs=1, resume=True)), ref)
 
@@ -175,12 +154,13 @@ def test_evaluation_is_not_a_fit(tmp_path):
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     assert [p.name for p in tmp_path.glob('ckpt-*')] == ['ckpt-e0001-b000000-f000']
 
-def test_torch_dataloader_refused_mid_epoch():
+def test_torch_dataloader_refusal_names_the_loader():
+    "The refusal of `every_steps` on a torch `DataLoader` (its lesson: nbs/15_checkpoint.ipynb) says which loader it got"
     from torch.utils.data import DataLoader as TorchDL
     from fastai.data.core import DataLoaders
     learn = synth_learner_digits(n=256)
     learn.dls = DataLoaders(TorchDL(learn.dls.train.dataset, batch_size=32), TorchDL(learn.dls.valid.dataset, batch_size=32))
-    with pytest.raises(ValueError, match='needs a fastai `DataLoader`.*torch.utils.data.dataloader.DataLoader'):
+    with pytest.raises(ValueError, match=r'this one is a torch\.utils\.data\.dataloader\.DataLoader'):
         learn.fit(1, cbs=CheckpointCallback(every_steps=2))
 
 def test_resume_after_last_batch_with_workers(tmp_path):
@@ -191,6 +171,6 @@ def test_resume_after_last_batch_with_workers(tmp_path):
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(3, 1e-2, cbs=list(cbs))
         return learn
     ref = fit()
-    fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None), _crash_at(1, 11))
+    fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None), StopAt(1, 11))
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000012-f000'
     _same(fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None, resume=True)), ref)

@@ -1,21 +1,18 @@
 "fastxtend_accel.core on real processes: 2-process gloo runs against 1-process runs fed the same global batches."
-import importlib, subprocess, sys
+import sys
 import pytest, torch
-from torch import nn
 from fastai.learner import load_learner
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import (synth_learner_digits, synth_regression_learner, torchrun_cmd, accelerate_launch_cmd,
+                                        run_cmd, run_ranks, free_port)
 import fastxtend_accel.core # `.accelerate()`
-from conftest import SCRIPTS, REPO, torchrun, accelerate_launch, run
-
-def _load(d, n): return [torch.load(d/f'rank{r}.pt', weights_only=False) for r in range(n)]
+from conftest import SCRIPTS, REPO
 
 @pytest.fixture(scope='module')
 def scenarios(tmp_path_factory):
     "Run tests/scripts/ddp_scenarios.py on 1 process (bs 32) and on 2 (bs 16 each)"
     one,two = tmp_path_factory.mktemp('one'),tmp_path_factory.mktemp('two')
-    run([sys.executable, SCRIPTS/'ddp_scenarios.py', one])
-    run(torchrun(2) + [SCRIPTS/'ddp_scenarios.py', two])
-    return _load(one, 1)[0], _load(two, 2), two
+    run_cmd([sys.executable, SCRIPTS/'ddp_scenarios.py', one])
+    return torch.load(one/'rank0.pt', weights_only=False), run_ranks(torchrun_cmd(2) + [SCRIPTS/'ddp_scenarios.py', two], two), two
 
 def _maxdiff(a, b): return max((x-y).abs().max().item() for x,y in zip(a, b))
 
@@ -87,8 +84,7 @@ def test_save_and_export(scenarios):
     assert [f.name for f in files] == ['model.pth']
     sd = torch.load(files[0], weights_only=False)['model']
     assert not any(k.startswith('module.') for k in sd)
-    learn = synth_learner_digits(n=64)
-    learn.model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    learn = synth_regression_learner(seed=1)
     learn.load(d/'models'/'model', with_opt=False)
     for a,b in zip(learn.model.parameters(), r0['save']['params']): assert torch.equal(a, b)
     exported = load_learner(d/'export.pkl')
@@ -106,37 +102,35 @@ def test_collectives(scenarios):
     assert (c0['is_main'], c1['is_main']) == (True, False)
     assert (c0['grad'], c1['grad']) == ([2., 2.], [4., 4.]) # sync_grads: gradients flow back to every process
 
-def _check_launch(d, n):
-    res = _load(d, n)
+def _check_launch(cmd, d, n):
+    "Run `cmd`, which launches tests/scripts/launch_check.py on `n` processes writing to `d`: they train the same weights"
+    res = run_ranks(cmd, d, n)
     assert [r['world'] for r in res] == [n]*n
     for r in res[1:]:
         for a,b in zip(res[0]['params'], r['params']): assert torch.equal(a, b)
     return res
 
 def test_torchrun(tmp_path):
-    run(torchrun(2) + [SCRIPTS/'launch_check.py', tmp_path])
-    assert _check_launch(tmp_path, 2)[0]['backend'] == 'gloo'
+    assert _check_launch(torchrun_cmd(2) + [SCRIPTS/'launch_check.py', tmp_path], tmp_path, 2)[0]['backend'] == 'gloo'
 
 def test_accelerate_launch_multi_gpu_on_cpu(tmp_path):
-    run(accelerate_launch('--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no',
-                          '--dynamo_backend', 'no') + [SCRIPTS/'launch_check.py', tmp_path])
-    _check_launch(tmp_path, 2)
+    cmd = accelerate_launch_cmd('--multi_gpu', '--num_processes', '2', '--num_machines', '1', '--mixed_precision', 'no',
+                                '--dynamo_backend', 'no')
+    _check_launch(cmd + [SCRIPTS/'launch_check.py', tmp_path], tmp_path, 2)
 
 def test_accelerate_launch_single(tmp_path):
-    run(accelerate_launch('--num_processes', '1', '--num_machines', '1', '--mixed_precision', 'no',
-                          '--dynamo_backend', 'no') + [SCRIPTS/'launch_check.py', tmp_path])
-    _check_launch(tmp_path, 1)
+    cmd = accelerate_launch_cmd('--num_processes', '1', '--num_machines', '1', '--mixed_precision', 'no', '--dynamo_backend', 'no')
+    _check_launch(cmd + [SCRIPTS/'launch_check.py', tmp_path], tmp_path, 1)
 
 @pytest.mark.parametrize('launcher', ['notebook_launcher', 'debug_launcher'])
 def test_notebook_launchers(tmp_path, launcher):
-    kw = 'num_processes=2' + (', use_port="%d"' % __import__('conftest').free_port() if launcher == 'notebook_launcher' else '')
+    kw = 'num_processes=2' + (', use_port="%d"' % free_port() if launcher == 'notebook_launcher' else '')
     code = (f"import sys; sys.path.insert(0, {str(SCRIPTS)!r}); from launch_check import main; "
             f"from accelerate import {launcher}; {launcher}(main, ({str(tmp_path)!r},), {kw})")
-    run([sys.executable, '-c', code])
-    _check_launch(tmp_path, 2)
+    _check_launch([sys.executable, '-c', code], tmp_path, 2)
 
 def test_demo_reaches_90_percent():
-    res = run(torchrun(2) + [REPO/'examples'/'train.py', '--epochs', '5'], timeout=600)
+    res = run_cmd(torchrun_cmd(2) + [REPO/'examples'/'train.py', '--epochs', '5'], timeout=600, cwd=REPO)
     acc = float(res.stdout.strip().splitlines()[-1].split()[-1])
     assert acc >= 0.9, res.stdout[-2000:]
 
@@ -165,21 +159,11 @@ res = dict(values=learn.recorder.values, losses=learn.recorder.losses)
 res['preds'] = learn.get_preds()[0]
 torch.save(res, sys.argv[2])
 """
-    for mode in ('stock', 'patched'): run([sys.executable, '-c', code, mode, tmp_path/f'{mode}.pt'])
+    for mode in ('stock', 'patched'): run_cmd([sys.executable, '-c', code, mode, tmp_path/f'{mode}.pt'])
     stock,patched = [torch.load(tmp_path/f'{m}.pt', weights_only=False) for m in ('stock', 'patched')]
     assert stock['values'] == patched['values']
     assert torch.equal(torch.stack(stock['losses']), torch.stack(patched['losses']))
     assert torch.equal(stock['preds'], patched['preds'])
-
-def test_bad_input():
-    learn = synth_learner_digits(n=64)
-    with pytest.raises(ValueError, match=r"\['no', 'fp8', 'fp16', 'bf16'\]"): learn.accelerate(mixed_precision='fp32')
-    for n in (0, -1, 2.0, '2'):
-        with pytest.raises(ValueError, match='whole number >= 1'): learn.accelerate(gradient_accumulation_steps=n)
-    learn.to_fp16()
-    learn.accelerate(mixed_precision='bf16')
-    with pytest.raises(ValueError, match=r'learn\.remove_cb\(MixedPrecision\)'): learn.fit(1)
-    with pytest.raises(ValueError, match='needs CUDA'): learn.accelerate(sync_bn=True)
 
 def test_validate_inside_accelerated_fit():
     "A callback that validates inside a fit: the fit goes on prepared, and the learner is restored afterwards"

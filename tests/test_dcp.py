@@ -1,18 +1,16 @@
 """Sharded checkpoints (torch.distributed.checkpoint) on real launches: resume on another number of processes and on two nodes,
 asynchronous saves killed mid-write, FSDP2 shards. Judged by the files the processes write (gloo may abort at exit)."""
-import json, sys
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from pathlib import Path
 import numpy as np, pytest, torch
-from fastai.basics import Adam, Callback, L, OptimWrapper
+from fastai.basics import Callback, L, OptimWrapper
 from fastai.optimizer import ranger
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights
-from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group
+from conftest import SCRIPTS
 
-SCRIPTS = Path(__file__).parent/'scripts'
 RESUME = SCRIPTS/'dcp_resume.py'
-REPO = Path(__file__).parent.parent
 DCP_FILES = ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
 
 def launch(n, out, *args):
@@ -24,7 +22,6 @@ def results(out, tag, n): return [torch.load(out/f'{tag}-rank{r}.pt', weights_on
 
 def close(params, ref, tol=1e-6):
     "Resumed on other process counts vs one uninterrupted process: sums in other orders, measured <= 8.9e-8 here"
-
     for a,b in zip(params, ref, strict=True): assert (a - b).abs().max() <= tol
 
 @pytest.fixture(scope='module')
@@ -35,8 +32,8 @@ def reference():
 
 def _two_nodes(out, *args):
     "dcp_resume.py under `torchrun --nnodes 2 --nproc_per_node 1`: two launches meeting at a c10d rendezvous on localhost; their outputs"
-    rdzv = ['--nnodes', '2', '--nproc_per_node', '1', '--rdzv-backend', 'c10d', '--rdzv-endpoint', f'localhost:{free_port()}']
-    procs = [start_cmd([sys.executable, '-m', 'torch.distributed.run', *rdzv, RESUME, out, *args], env=dict(LAUNCH=l)) for l in 'AB']
+    cmd = torchrun_cmd(1, nodes=2) + [RESUME, out, *args]
+    procs = [start_cmd(cmd, env=dict(LAUNCH=l)) for l in 'AB']
     with ThreadPoolExecutor(2) as ex: return dict(zip('AB', ex.map(lambda p: p.communicate(timeout=300)[0].decode(), procs)))
 
 def test_two_nodes_then_other_process_counts(tmp_path, reference):

@@ -1,14 +1,14 @@
 "Exact evaluation under 2 processes: the same numbers as 1 process, on every rank (tests/scripts/eval_scenarios.py)."
 import sys
 import pytest, torch
-from conftest import SCRIPTS, torchrun, run
+from fastxtend_accel.test_utils import torchrun_cmd, run_cmd, run_ranks
+from conftest import SCRIPTS
 
 @pytest.fixture(scope='module')
 def evals(tmp_path_factory):
     one,two = tmp_path_factory.mktemp('one'),tmp_path_factory.mktemp('two')
-    run([sys.executable, SCRIPTS/'eval_scenarios.py', one])
-    run(torchrun(2) + [SCRIPTS/'eval_scenarios.py', two])
-    return torch.load(one/'rank0.pt', weights_only=False), [torch.load(two/f'rank{r}.pt', weights_only=False) for r in range(2)]
+    run_cmd([sys.executable, SCRIPTS/'eval_scenarios.py', one])
+    return torch.load(one/'rank0.pt', weights_only=False), run_ranks(torchrun_cmd(2) + [SCRIPTS/'eval_scenarios.py', two], two)
 
 def test_validation_metrics_exact(evals):
     "203 items, bs 64: valid loss, mae (AvgMetric), rmse (AccumMetric) and accuracy as on one process"

@@ -1,5 +1,5 @@
 "fastai's own tests of its learner, metrics and callbacks (tests/fastai_upstream/) pass with the library imported, as on stock fastai."
-import json, subprocess, sys
+import json, sys
 from pathlib import Path
 from fastxtend_accel.test_utils import start_cmd
 

@@ -3,15 +3,14 @@ checkpoints moved between the GPU and the CPU, and a launch on one GPU.
 
     pytest -m gpu -rs tests/test_gpu.py   # on a CUDA machine (`bash tools/gpu_check.sh` installs, then runs this)
 
-Without CUDA the `gpu` tests skip and say why (`-rs`); the benchmark's smoke test runs everywhere.
+Without CUDA the `gpu` tests skip and say why (`-rs`); the GPU benchmark's smoke run is in tests/test_bench.py.
 One GPU only: NCCL refuses two processes on one GPU ("Duplicate GPU detected"), so DDP and `SyncBatchNorm` are not
 tested here. The multi-process paths are tested with gloo on CPU (the other test files, the `#| multiproc` lessons);
 here one process is launched with torchrun on the GPU.
 """
 import os
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8') # deterministic cuBLAS for the bit-exact resume; read when cuBLAS starts
-import re, sys
-from pathlib import Path
+import re
 
 import pytest
 import torch
@@ -20,23 +19,15 @@ from torch._dynamo.utils import counters
 from fastai.basics import Callback, set_seed
 from fastai.callback.fp16 import MixedPrecision
 from fastxtend_accel.all import * # the patches: `accelerate`, `compile`, `save_state`/`load_state`
-from fastxtend_accel.patching import reset_accelerate_state
 from fastxtend_accel.test_utils import synth_learner_digits, tiny_mlp, torchrun_cmd, run_cmd
+from conftest import REPO, SCRIPTS
 
-REPO = Path(__file__).parent.parent
+pytestmark = pytest.mark.usefixtures('fresh_state')
 
 def gpu(f):
     "Mark test `f` as a GPU test (`pytest -m gpu`), skipped with its reason where CUDA is missing"
     return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(),
                                               reason='needs a CUDA GPU: run `bash tools/gpu_check.sh` on one')(f))
-
-@pytest.fixture(autouse=True)
-def fresh_state():
-    "Each test starts with empty dynamo caches and counters, and no Accelerate state"
-    torch._dynamo.reset(); counters.clear()
-    reset_accelerate_state(partial=True)
-    yield
-    reset_accelerate_state(partial=True)
 
 def digits(n=None, hidden=256, **kwargs):
     "All 1797 digits by default: 23 training batches of 64, and a ragged last validation batch"
@@ -197,22 +188,10 @@ def test_checkpoint_resumes_on_gpu_exactly_and_loads_on_cpu(tmp_path, precision)
 @gpu
 def test_one_process_torchrun_on_the_gpu(tmp_path):
     "torchrun with one process trains on the GPU, and as the same fit in this process does"
-    run_cmd(torchrun_cmd(1) + [REPO/'tests'/'scripts'/'launch_check.py', tmp_path], cwd=REPO)
+    run_cmd(torchrun_cmd(1) + [SCRIPTS/'launch_check.py', tmp_path], cwd=REPO)
     res = torch.load(tmp_path/'rank0.pt', weights_only=False)
     assert res['world'] == 1 and all(p.is_cuda for p in res['params'])
     learn = synth_learner_digits(n=256, bs=32).accelerate()
     fit(learn)
     # the same kernels in another process; cuBLAS may choose another algorithm there (another order of sums)
     assert all(torch.allclose(a, b, atol=1e-5) for a,b in zip(res['params'], learn.model.parameters()))
-
-## The GPU benchmark's smoke run (no GPU needed)
-
-def test_bench_gpu_smoke():
-    out = run_cmd([sys.executable, REPO/'bench'/'bench_gpu.py', '--device', 'cpu', '--tiny'], cwd=REPO, timeout=600).stdout
-    rows = {cells[1].strip(): cells for l in out.splitlines() if l.startswith('| ') and (cells := l.split('|'))}
-    for v in ('torch loop', 'Accelerate loop', 'fastxtend_accel Learner', 'Accelerate loop + compile', 'fastxtend_accel Learner + compile'):
-        assert v in rows, f"no row for {v!r} in\n{out}"
-        assert float(rows[v][2]) > 0, rows[v] # ms/step
-    assert rows['Accelerate loop'][5].strip() == rows['Accelerate loop + compile'][5].strip() == '1.000x'
-    for learner,loop in (('fastxtend_accel Learner', 'Accelerate loop'), ('fastxtend_accel Learner + compile', 'Accelerate loop + compile')):
-        assert re.search(rf"target: {re.escape(learner)} <= 1.03x the {re.escape(loop)}: \d+\.\d+x -> (met|NOT met)", out), out

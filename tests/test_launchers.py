@@ -1,11 +1,10 @@
 "Preemption and single writers under the launchers users run (tests/scripts/preempt_train.py, tests/scripts/launch_writers.py): judged by the files the ranks write."
 import json, signal, sys
-from pathlib import Path
 import psutil, pytest, torch
 from fastxtend_accel.checkpoint import latest_checkpoint
 from fastxtend_accel.test_utils import torchrun_cmd, run_cmd, start_cmd, wait_for, signal_proc, free_port
+from conftest import SCRIPTS
 
-SCRIPTS = Path(__file__).parent/'scripts'
 PREEMPT,WRITERS = SCRIPTS/'preempt_train.py',SCRIPTS/'launch_writers.py'
 
 def _ended(d): return [json.loads((d/f'ended-rank{r}.json').read_text()) for r in range(2)]

@@ -1,5 +1,5 @@
 "Every fastai function and method the library replaces accepts every call fastai's own accepts, with the same meaning"
-import inspect, json, os, re, subprocess, sys
+import inspect, json, os, re, sys
 from pathlib import Path
 import pytest
 import fastai
@@ -41,9 +41,8 @@ def _stock(mods):
             "for m in mods: importlib.import_module(m)\n"
             "assert not any(m.startswith('fastxtend_accel') for m in sys.modules)\n"
             "print(json.dumps({k: (t._where(f), t._params(f)) for k,f in t._functions(mods).items()}))")
-    env = {**os.environ, _STOCK: '1'}
-    res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    from fastxtend_accel.test_utils import run_cmd # not at the top: this file is imported where fastxtend_accel must not be
+    res = run_cmd([sys.executable, '-c', code], env={_STOCK: '1'})
     return json.loads(res.stdout.splitlines()[-1])
 
 def _current(key):

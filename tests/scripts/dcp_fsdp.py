@@ -18,7 +18,6 @@ p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this 
 args = p.parse_args()
 out = Path(args.out)
 
-
 learn = synth_learner_digits(n=768, bs=36, hidden=50)
 with _forced_cpu_fsdp(): learn.accelerate(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
 resumed_from = latest_checkpoint(out/'ckpt')

@@ -8,7 +8,7 @@ from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.accelerator import local_main_first
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
 p.add_argument('out')
@@ -36,20 +36,20 @@ with local_main_first():
     if first: time.sleep(0.5); marker.write_text(os.environ.get('RANK', '0'))
 
 class Marker(Callback):
-    "Note each training batch done in OUT/progress-TAG, wait `--sleep`, and end the fit at `--stop`"
+    "Note each training batch done in OUT/progress-TAG, and wait `--sleep`"
     order = 99 # after the checkpoint
     def after_batch(self):
         if not self.training: return
         (out/f'progress-{args.tag}').write_text(f'{self.epoch} {self.iter}')
         time.sleep(args.sleep)
-        if args.stop and (self.epoch, self.iter) == tuple(map(int, args.stop.split(','))): raise CancelFitException()
 
 learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'history-{args.tag}.csv'))
 learn.accelerate(split_batches=True)
 acc = learn.accelerator
 resumed_from = latest_checkpoint(out/'ckpt')
+stop = [StopAt(*map(int, args.stop.split(',')))] if args.stop else [] # after `Marker`: same order, added after it
 learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save),
-                                  Marker()])
+                                  Marker(), *stop])
 learn.save(f'final-{args.tag}') # a single-file save: the global main process alone writes it
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values,
                 resumed_from=resumed_from and resumed_from.name, world=acc.num_processes, rank=acc.process_index,

@@ -5,23 +5,14 @@ from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
-from fastxtend_accel.test_utils import datablock_learner
+from fastxtend_accel.test_utils import datablock_learner, synth_regression_learner
 
 out = Path(sys.argv[1])
 world = int(os.environ.get('WORLD_SIZE', 1))
 bs = 16 if world > 1 else 32  # per process; the global batch is 32 either way
 
-def regression_learner(n=192, bs=bs, shuffle=False, **kwargs):
-    "A 2-layer net on a fixed random regression; x[:,0] is the item's index so callbacks can see which items came"
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 8, generator=g); x[:,0] = torch.arange(n).float()
-    y = (x[:,1:] @ torch.randn(7, 1, generator=g)).squeeze(1)
-    dsets = Datasets(range(n), [[x.__getitem__], [y.__getitem__]], splits=[range(n), range(n)])
-    dls = dsets.dataloaders(bs=bs, shuffle=shuffle, drop_last=shuffle, num_workers=0, device='cpu')
-    torch.manual_seed(1)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-    split = lambda m: [list(m[0].parameters()), list(m[2].parameters())]
-    return Learner(dls, model, loss_func=lambda p,t: F.mse_loss(p.squeeze(1), t), splitter=split, opt_func=SGD, **kwargs)
+# 192 items, validated on themselves; x[:,0] is the item's index so callbacks can see which items came; plain SGD
+regression_learner = partial(synth_regression_learner, n_valid=192, index_input=True, bs=bs, opt_func=SGD)
 
 class Spy(Callback):
     "Record items seen, backward calls, optimizer steps and DDP all-reduces"

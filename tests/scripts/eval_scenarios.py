@@ -1,7 +1,6 @@
 "Evaluation scenarios on 1 or 2 processes (same weights, bs 64 per process); each rank saves what it computed."
 import sys, torch
 from pathlib import Path
-from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
@@ -14,15 +13,10 @@ def shared(learn, f, *args, **kwargs):
     "`f` run with the evaluation shared between the processes (outside a fit each would evaluate alone)"
     with learn.distributed_eval(): return f(*args, **kwargs)
 
-def regression_learner(n_valid=203, bs=64, **kwargs):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(256+n_valid, 8, generator=g)
-    y = x @ torch.randn(8, 1, generator=g) + 0.1*torch.randn(256+n_valid, 1, generator=g)
-    dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=[range(256), range(256, 256+n_valid)])
-    torch.manual_seed(1)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-    return Learner(dsets.dataloaders(bs=bs, num_workers=0, device='cpu', shuffle=False), model, loss_func=MSELossFlat(),
-                   metrics=[mae, rmse], **kwargs)
+def regression_learner(n_valid=203, **kwargs):
+    "256 training items and `n_valid` validation items after them, noisy targets, batches of 64, `mae` and `rmse`"
+    return synth_regression_learner(n=256+n_valid, n_train=256, n_valid=n_valid, noise=0.1,
+                                     **{'bs': 64, 'metrics': [mae, rmse], **kwargs})
 
 res = {}
 # valid loss, an AvgMetric (mae) and an AccumMetric (rmse) on 203 items

@@ -3,7 +3,6 @@ Launched by `accelerate launch --use_fsdp --fsdp_version 2`: the first scenario 
 variables); then they are removed, and DDP and explicit FSDP2 requests follow as under torchrun."""
 import os, sys, torch
 from pathlib import Path
-from torch import nn
 from fastai.basics import *
 from fastai.callback.all import *
 from accelerate.utils import FullyShardedDataParallelPlugin
@@ -11,7 +10,7 @@ from torch.distributed.tensor import DTensor
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import *
 from fastxtend_accel.fsdp import local_bytes, _forced_cpu_fsdp
-from fastxtend_accel.test_utils import synth_learner_digits
+from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner
 
 defaults.callbacks = [cb for cb in defaults.callbacks if cb is not ProgressCallback] # no progress bars in the test logs
 
@@ -19,19 +18,6 @@ out = Path(sys.argv[1])
 only = sys.argv[2].split(',') if len(sys.argv) > 2 else None
 res = {}
 launched = {k: v for k,v in os.environ.items() if k == 'ACCELERATE_USE_FSDP' or k.startswith('FSDP_')}
-
-def regression_learner(n=192, bs=16, shuffle=False, **kwargs):
-    "A 2-layer net (its last layer too small to split evenly) on a fixed regression; two parameter groups; Adam"
-    set_seed(0) # the loaders' shuffling too
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 8, generator=g)
-    y = (x @ torch.randn(8, 1, generator=g)).squeeze(1)
-    dsets = Datasets(range(n), [[x.__getitem__], [y.__getitem__]], splits=[range(n), range(n-40, n)])
-    dls = dsets.dataloaders(bs=bs, shuffle=shuffle, drop_last=shuffle, num_workers=0, device='cpu')
-    torch.manual_seed(1)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-    split = lambda m: [list(m[0].parameters()), list(m[2].parameters())]
-    return Learner(dls, model, loss_func=lambda p,t: F.mse_loss(p.squeeze(1), t), splitter=split, **kwargs)
 
 def accelerate(learn, mode, mixed_precision='no', **kwargs):
     "`learn.accelerate(...)` with DDP, or with an FSDP2 plugin (Accelerate's FSDP2 path forced on CPU, for this test only)"
@@ -62,7 +48,7 @@ class SyncSpy(Callback):
 
 # 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
 if launched:
-    with _forced_cpu_fsdp(): learn = regression_learner().accelerate(mixed_precision='no')
+    with _forced_cpu_fsdp(): learn = synth_regression_learner().accelerate(mixed_precision='no')
     learn.fit(2, 1e-2)
     res['launch'] = dict(params=params(learn), shards=shards(learn), env={k: launched.get(k) for k in ('ACCELERATE_USE_FSDP', 'FSDP_VERSION')})
     for k in launched: del os.environ[k] # the rest asks for FSDP2 explicitly, or not at all
@@ -71,7 +57,7 @@ for mode in ('ddp', 'fsdp'):
     r = res[mode] = {}
     # 1. plain fit, two epochs of Adam; what each process holds
     if want('plain'):
-        learn = accelerate(regression_learner(), mode)
+        learn = accelerate(synth_regression_learner(), mode)
         learn.fit(2, 1e-2)
         r['plain'] = dict(params=params(learn), shards=shards(learn), losses=[float(l) for l in learn.recorder.losses],
                           model_type=type(learn.model).__name__, opt_state=opt_state(learn),
@@ -79,7 +65,7 @@ for mode in ('ddp', 'fsdp'):
 
     # 2. an optimizer built on the unsharded parameters by an earlier fit (with Adam state), then accelerated afresh
     if want('stale_opt'):
-        learn = accelerate(regression_learner(), 'ddp')
+        learn = accelerate(synth_regression_learner(), 'ddp')
         learn.fit(1, 1e-2)
         accelerate(learn, mode)
         learn.fit(1, 1e-2)
@@ -87,14 +73,14 @@ for mode in ('ddp', 'fsdp'):
 
     # 3. gradient accumulation (k=2), clipping that bites, and Accelerate's clip norm
     if want('accum'):
-        learn = accelerate(regression_learner(), mode, gradient_accumulation_steps=2)
+        learn = accelerate(synth_regression_learner(), mode, gradient_accumulation_steps=2)
         spy = SyncSpy()
         learn.fit(1, 1e-2, cbs=[spy, GradientClip(max_norm=0.5)])
         r['accum'] = dict(params=params(learn), syncs=spy.syncs, norms=spy.norms, norm_types=spy.norm_types)
 
     # 4. frozen first group, one cycle, then unfrozen with discriminative learning rates, shuffled data
     if want('freeze'):
-        learn = accelerate(regression_learner(shuffle=True), mode)
+        learn = accelerate(synth_regression_learner(shuffle=True), mode)
         learn.freeze_to(-1)
         before = params(learn)
         learn.fit_one_cycle(1, 1e-2)
@@ -109,7 +95,7 @@ for mode in ('ddp', 'fsdp'):
             def before_fit(self): self.dtypes = set(); self.h = self.learn.model[0].register_forward_hook(lambda m,i,o: self.dtypes.add(str(o.dtype)))
             def after_loss(self): self.loss_dtype = str(self.learn.loss.dtype)
             def after_fit(self): self.h.remove()
-        learn = accelerate(regression_learner(), mode, mixed_precision='bf16')
+        learn = accelerate(synth_regression_learner(), mode, mixed_precision='bf16')
         dspy = DtypeSpy()
         learn.fit(2, 1e-2, cbs=dspy)
         r['bf16'] = dict(dtypes=dspy.dtypes, loss_dtype=dspy.loss_dtype, param_dtypes={str(p.dtype) for p in learn.model.parameters()},
@@ -129,7 +115,7 @@ for mode in ('ddp', 'fsdp'):
 
     # 7. what users read back: validate, get_preds, predict, ActivationStats, lr_find, collectives
     if want('eval'):
-        learn = accelerate(regression_learner(), mode)
+        learn = accelerate(synth_regression_learner(), mode)
         astats = ActivationStats(with_hist=False)
         learn.fit(1, 1e-2, cbs=astats)
         stats = [[(s['mean'], s['std']) for s in layer] for layer in astats.stats]
@@ -153,7 +139,7 @@ for mode in ('ddp', 'fsdp'):
 
     # 8. save (full weights, from the main process), load (back into the shards), export
     if want('save'):
-        learn = accelerate(regression_learner(), mode)
+        learn = accelerate(synth_regression_learner(), mode)
         learn.fit(1, 1e-2)
         learn.path = out/mode
         learn.path.mkdir(exist_ok=True)
@@ -170,7 +156,7 @@ for mode in ('ddp', 'fsdp'):
     # 9. compiled before sharding
     if want('compile'):
         from torch._dynamo.utils import counters
-        learn = accelerate(regression_learner(), mode)
+        learn = accelerate(synth_regression_learner(), mode)
         learn.compile()
         g0 = counters['stats']['unique_graphs']
         learn.fit(2, 1e-2)
@@ -181,7 +167,7 @@ for mode in ('ddp', 'fsdp'):
 # 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
 if want('env'):
     os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
-    with _forced_cpu_fsdp(): learn = regression_learner().accelerate()
+    with _forced_cpu_fsdp(): learn = synth_regression_learner().accelerate()
     del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
     learn.fit(2, 1e-2)
     res['env'] = dict(params=params(learn), shards=shards(learn))
@@ -191,13 +177,13 @@ if want('errors'):
     def err(f):
         try: f()
         except Exception as e: return f'{type(e).__name__}: {e}'
-    res['errors'] = dict(plugin=err(lambda: regression_learner().accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))))
+    res['errors'] = dict(plugin=err(lambda: synth_regression_learner().accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))))
     os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
-    res['errors']['env'] = err(lambda: regression_learner().accelerate())
+    res['errors']['env'] = err(lambda: synth_regression_learner().accelerate())
     os.environ['FSDP_VERSION'] = '1'
-    with _forced_cpu_fsdp(): res['errors']['v1'] = err(lambda: regression_learner().accelerate())
+    with _forced_cpu_fsdp(): res['errors']['v1'] = err(lambda: synth_regression_learner().accelerate())
     del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
-    learn = regression_learner().accelerate() # and DDP again afterwards
+    learn = synth_regression_learner().accelerate() # and DDP again afterwards
     learn.fit(1, 1e-2)
     res['errors']['ddp_after'] = type(learn.model).__name__
 

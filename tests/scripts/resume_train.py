@@ -29,7 +29,7 @@ class Sleep(Callback):
 
 set_seed(0)
 learn = synth_learner_digits(n=768, bs=16)
-learn.model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 10))
+learn.model = tiny_mlp(p=0.3)
 learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate)
 learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Sleep()])
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values, losses=learn.recorder.losses,
