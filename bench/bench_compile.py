@@ -14,7 +14,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 import torch.compiler.config
-from torch._dynamo.utils import counters
+from fastxtend_accel.patching import compiled_graphs, clear_compiled_graphs
 from fastai.basics import Learner, DataLoaders, DataLoader, OptimWrapper, Callback, set_seed, L
 from fastxtend_accel.compiler import *
 
@@ -85,7 +85,7 @@ class LearnerLoop:
         with self.learn.no_bar(), self.learn.no_logging(): self.learn.fit(1, self.lr)
         return self.learn.train_timer.t,self.learn.train_timer.n
 
-def graphs(): return counters['stats']['unique_graphs']
+graphs = compiled_graphs
 
 def warm_up_inductor():
     "Compile a tiny model once, so neither measured first fit pays for inductor's one-off start-up (imports, worker pool)"
@@ -95,7 +95,7 @@ def warm_up_inductor():
 
 def compile_time(make):
     "Seconds a new compiled loop's first epoch takes beyond its second, the graphs the first captured, and those the second added"
-    torch._dynamo.reset(); counters.clear()
+    torch.compiler.reset(); clear_compiled_graphs()
     loop = make()
     start = time.perf_counter(); loop.epoch(); first = time.perf_counter()-start
     n = graphs()
@@ -113,7 +113,7 @@ def main(repeats, blocks, width, bs):
     compiles = {'raw': [], 'learner': []}
     for k in ('learner', 'raw', 'raw', 'learner'): compiles[k].append(compile_time(makers[f'{k}_compiled'])) # ABBA: order effects cancel
     secs = {k: statistics.mean(o[0] for o in v) for k,v in compiles.items()}
-    torch._dynamo.reset(); counters.clear()
+    torch.compiler.reset(); clear_compiled_graphs()
     loops = {k: make() for k,make in makers.items()}
     for loop in loops.values(): loop.epoch() # compile, warm up
     rates = {k: [] for k in loops}

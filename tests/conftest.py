@@ -8,10 +8,9 @@ REPO = Path(__file__).parent.parent
 @pytest.fixture
 def fresh_state():
     "Empty dynamo caches and counters, and no Accelerate state, before the test and after it"
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-    from fastxtend_accel.patching import reset_accelerate_state
-    torch._dynamo.reset(); counters.clear()
+    import torch
+    from fastxtend_accel.patching import reset_accelerate_state, clear_compiled_graphs
+    torch.compiler.reset(); clear_compiled_graphs()
     reset_accelerate_state(partial=True)
     yield
     reset_accelerate_state(partial=True)

@@ -3,7 +3,7 @@ import importlib, sys
 import pytest
 import torch
 from torch import nn
-from torch._dynamo.utils import counters
+from fastxtend_accel.patching import compiled_graphs
 from fastai.basics import Learner, Callback, params, set_seed
 from fastxtend_accel.test_utils import synth_learner_digits, Chatty, BlockNet, torchrun_cmd, run_cmd, run_ranks
 from fastxtend_accel.core import AcceleratorCallback
@@ -13,7 +13,7 @@ from conftest import SCRIPTS
 
 pytestmark = pytest.mark.usefixtures('fresh_state')
 
-def graphs(): return counters['stats']['unique_graphs']
+graphs = compiled_graphs
 
 def digits(**kwargs):
     "`synth_learner_digits` with the same shuffling every time"

@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 from torch import nn
-from torch._dynamo.utils import counters
+from fastxtend_accel.patching import compiled_graphs
 from fastai.basics import Callback, set_seed
 from fastai.callback.fp16 import MixedPrecision
 from fastxtend_accel.all import * # the patches: `accelerate`, `compile`, `save_state`/`load_state`
@@ -38,7 +38,7 @@ def fit(learn, n_epoch=1, lr=1e-2, **kwargs):
     with learn.no_bar(), learn.no_logging(): learn.fit(n_epoch, lr, **kwargs)
     return learn
 
-def graphs(): return counters['stats']['unique_graphs']
+graphs = compiled_graphs
 
 def weights(model): return [o.detach().clone() for o in model.state_dict().values()]
 

@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 import torch
-from torch._dynamo.utils import counters
+from fastxtend_accel.patching import compiled_graphs
 from fastai.basics import *
 from fastxtend_accel.test_utils import synth_learner_digits
 from fastxtend_accel.compiler import *
@@ -21,7 +21,7 @@ def summary(learn):
     acc = learn.accelerator.accelerator
     return dict(weights=torch.cat([p.detach().flatten() for p in learn.model.parameters()]),
                 compiled=is_compiled(learn.model), model_type=type(learn.model).__name__,
-                graphs=counters['stats']['unique_graphs'], mixed_precision=acc.mixed_precision,
+                graphs=compiled_graphs(), mixed_precision=acc.mixed_precision,
                 num_processes=acc.num_processes, rank=acc.process_index)
 
 if __name__ == '__main__':

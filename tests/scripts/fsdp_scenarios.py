@@ -10,6 +10,7 @@ from torch.distributed.tensor import DTensor
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import *
 from fastxtend_accel.fsdp import local_bytes, _forced_cpu_fsdp
+from fastxtend_accel.patching import compiled_graphs
 from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner
 
 defaults.callbacks = [cb for cb in defaults.callbacks if cb is not ProgressCallback] # no progress bars in the test logs
@@ -155,12 +156,11 @@ for mode in ('ddp', 'fsdp'):
 
     # 9. compiled before sharding
     if want('compile'):
-        from torch._dynamo.utils import counters
         learn = accelerate(synth_regression_learner(), mode)
         learn.compile()
-        g0 = counters['stats']['unique_graphs']
+        g0 = compiled_graphs()
         learn.fit(2, 1e-2)
-        r['compile'] = dict(params=params(learn), graphs=counters['stats']['unique_graphs']-g0, shards=shards(learn))
+        r['compile'] = dict(params=params(learn), graphs=compiled_graphs()-g0, shards=shards(learn))
         (out/mode).mkdir(exist_ok=True)
         learn.export(out/mode/'compiled.pkl')
 

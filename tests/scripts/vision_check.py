@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 from PIL import Image
 from accelerate import notebook_launcher
-from torch._dynamo.utils import counters
+from fastxtend_accel.patching import compiled_graphs, clear_compiled_graphs
 from fastxtend_accel.all import *
 from fastxtend_accel.patching import accelerate_state
 
@@ -47,10 +47,10 @@ def train(path, args, res):
     "The training function a notebook hands to `notebook_launcher`"
     learn = vision_learner(image_dls(path), resnet18, pretrained=False, metrics=accuracy)
     learn.accelerate(mixed_precision='bf16').compile(backend=args.backend)
-    counters.clear()
+    clear_compiled_graphs()
     start = time.perf_counter()
     with learn.no_bar(): learn.fine_tune(args.epochs) # the frozen epoch runs uncompiled, the unfrozen ones compiled
-    res['fine_tune'] = f'{time.perf_counter()-start:.1f}s, {counters["stats"]["unique_graphs"]} graph(s) captured'
+    res['fine_tune'] = f'{time.perf_counter()-start:.1f}s, {compiled_graphs()} graph(s) captured'
     _,valid_loss,acc = learn.recorder.values[-1]
     res['final'] = f'valid loss {valid_loss:.4f}, accuracy {acc:.3f}'
     assert acc >= args.min_accuracy, f'fine_tune reached accuracy {acc:.3f} only'
