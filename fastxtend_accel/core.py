@@ -72,7 +72,7 @@ class AcceleratorCallback(Callback):
     distributed = None # The work is shared between processes now (`AttachedAccelerator`): set by `_set_distributed`
     sync = True # This training batch ends its accumulation group: the optimizer steps (read by `CheckpointCallback`)
     in_loop = False # A fit's own training or validation loop is running (not a callback's own batch)
-    @delegates(Accelerator, but=['device_placement'])
+    @delegates(Accelerator, but=['device_placement', 'split_batches']) # Accelerate's `split_batches` default is an `object()`
     def __init__(self,
         # A ready `Accelerator`; if None, one is built from `accelerator_kwargs`, `accelerate config` and launch flags
         accelerator:Accelerator|None=None,
@@ -80,8 +80,12 @@ class AcceleratorCallback(Callback):
         sync_bn:bool=False,
         # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
         smooth_loss_every_batch:bool=False,
+        *,
+        # The loaders' `bs` is the global batch, divided among the processes (else each process takes `bs` items)
+        split_batches:bool=False,
         **accelerator_kwargs # Passed to `Accelerator`: `mixed_precision`, `gradient_accumulation_steps`, ...
     ):
+        if split_batches: accelerator_kwargs['split_batches'] = True
         if accelerator is not None and accelerator_kwargs:
             raise ValueError("Pass either a built `accelerator` or `Accelerator` arguments, not both (got "
                              f"{list(accelerator_kwargs)})")

@@ -18,6 +18,11 @@ if [ "$before" != "$(state)" ]; then
   exit 1
 fi
 echo "notebooks and modules in sync"
+.venv/bin/python tools/docs.py readme --check
+# the documentation site: nbdev's processor on every notebook (what `nbdev-docs` runs before Quarto), then Sphinx;
+# tests/test_docs.py opens every page in Debian's Chromium, installed here when missing
+command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium not installed"
+bash tools/docs.sh
 
 avx2() { ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 "$@"; }
 .venv/bin/nbdev-test --flags multiproc

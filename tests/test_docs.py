@@ -1,0 +1,149 @@
+"The site `bash tools/docs.sh` builds (`_docs/`), in headless Chromium: every page, link, anchor, the search, offline"
+import functools, http.server, os, re, shutil, tempfile, threading
+from pathlib import Path
+from urllib.parse import urlsplit
+import pytest
+
+SITE = Path(__file__).parents[1]/'_docs'
+CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
+_ADDRESS = re.compile(r'<object object at|\bat 0x[0-9a-fA-F]{6,}') # a default's repr with its memory address
+_FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+          '--disable-background-networking', '--disable-component-update', '--disable-sync']
+
+pytestmark = pytest.mark.skipif(
+    not ((SITE/'index.html').exists() and Path(CHROMIUM).exists()) and not os.environ.get('CI'),
+    reason="needs the built site and Chromium: `bash tools/docs.sh --test` builds it, installs Chromium and runs this")
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    "Serves the site quietly, noting what was asked for and is not there"
+    missing = []
+    def log_message(self, *args): pass
+    def send_error(self, code, *args, **kw):
+        if code == 404: self.missing.append(self.path)
+        super().send_error(code, *args, **kw)
+
+@pytest.fixture(scope='module')
+def base():
+    "The site served on 127.0.0.1, as a reader's browser gets it"
+    assert (SITE/'index.html').exists(), "no `_docs/index.html`: run `bash tools/docs.sh`"
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), functools.partial(_Handler, directory=str(SITE)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f'http://127.0.0.1:{srv.server_address[1]}/'
+    srv.shutdown()
+
+@pytest.fixture(scope='module')
+def browser():
+    "Debian's Chromium driven by Playwright (which never downloads a browser of its own here)"
+    from playwright.sync_api import sync_playwright
+    assert Path(CHROMIUM).exists(), "no Chromium: `apt-get install -y chromium` (`tools/docs.sh --test` does)"
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=_FLAGS, headless=True,
+                                                   viewport=dict(width=1440, height=1000))
+        yield ctx
+        ctx.close()
+
+def _pages():
+    "Every HTML page of the site, Sphinx's own folders (`_static`) aside"
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.glob('**/*.html')
+                  if not p.relative_to(SITE).parts[0].startswith('_'))
+
+def _visit(browser, base, name):
+    "Load page `name`: its status, console errors, requests that leave the site, ids, links, HTML and text"
+    page,errors,outside = browser.new_page(),[],[]
+    page.on('console', lambda m: m.type == 'error' and errors.append(m.text))
+    page.on('pageerror', lambda e: errors.append(str(e)))
+    def route(r):
+        if r.request.url.startswith((base, 'data:')): return r.continue_()
+        outside.append(r.request.url)
+        r.abort()
+    page.route('**/*', route)
+    resp = page.goto(base + name, wait_until='load')
+    res = dict(status=resp.status, errors=errors, outside=outside, html=page.content(), text=page.inner_text('body'),
+               ids=set(page.eval_on_selector_all('[id]', 'es => es.map(e => e.id)')),
+               links=page.eval_on_selector_all('a[href]', 'es => es.map(e => e.href)'))
+    page.close()
+    return res
+
+@pytest.fixture(scope='module')
+def visited(base, browser): return {name: _visit(browser, base, name) for name in _pages()}
+
+def test_every_notebook_has_a_page(visited):
+    "One page per notebook, named as nbdev names it (`00_core.ipynb` is `core.html`), and the landing page"
+    from nbdev.config import get_config, nbpath2html
+    from nbdev.doclinks import nbglob
+    nbs = get_config().nbs_path
+    want = {nbpath2html(Path(p).relative_to(nbs)).as_posix() for p in nbglob(nbs)}
+    assert 'index.html' in want and want <= set(visited), sorted(want - set(visited))
+
+def test_pages_load_without_errors(visited):
+    bad = {n: (v['status'], v['errors']) for n,v in visited.items() if v['status'] != 200 or v['errors']}
+    assert not bad, bad
+
+def test_offline(visited):
+    "No page asks for anything outside the site (fonts, scripts, styles from a CDN), nor for a file it lacks"
+    bad = {n: v['outside'] for n,v in visited.items() if v['outside']}
+    assert not bad, bad
+    assert not _Handler.missing, f"requested but not in the site: {sorted(set(_Handler.missing))}"
+
+def test_internal_links_and_anchors(base, visited):
+    "Every link within the site reaches a page and the element its `#fragment` names (`core.html#learner.fit`)"
+    bad,root = [],urlsplit(base).path
+    for name,v in visited.items():
+        for url in v['links']:
+            if not url.startswith(base): continue
+            u = urlsplit(url)
+            target = u.path[len(root):] or 'index.html'
+            if target.endswith('/'): target += 'index.html'
+            if not (SITE/target).exists(): bad.append(f'{name}: {url} (no page)')
+            elif u.fragment and target in visited and u.fragment not in visited[target]['ids']:
+                bad.append(f'{name}: {url} (no anchor)')
+    assert not bad, '\n'.join(bad)
+
+def test_signatures_have_no_addresses(visited):
+    "A default shown as `<object object at 0x7f..>` (Accelerate's sentinels) is noise that changes every build"
+    found = {n: _ADDRESS.findall(v['text'] + v['html']) for n,v in visited.items()}
+    bad = {n: f for n,f in found.items() if f}
+    assert not bad, bad
+
+def test_api_reference_rendered(visited):
+    "show_doc's signature and docstring for the main entry point, under nbdev's anchor"
+    core = visited['core.html']
+    assert 'learner.accelerate' in core['ids']
+    assert 'def accelerate(' in core['text'] and 'split_batches:bool=False' in core['text']
+
+def test_search_finds_accelerate(base, browser):
+    "Type into the search box as a reader does; Sphinx's search, in the page, lists the core page"
+    page = browser.new_page()
+    page.goto(base + 'index.html')
+    box = page.locator('input[name="q"]').first
+    box.fill('accelerate')
+    box.press('Enter')
+    page.wait_for_url('**/search.html?q=accelerate*')
+    hits = page.locator('#search-results li')
+    hits.first.wait_for(timeout=20_000)
+    assert hits.count() > 0 and page.locator('#search-results a[href*="core.html"]').count() > 0
+    page.close()
+
+def test_doc_link_lands_on_its_entry(base, browser):
+    "A backticked name's link scrolls to its API entry (Furo scrolls smoothly: wait until it arrives)"
+    page = browser.new_page()
+    page.goto(base + 'core.html#learner.accelerate')
+    top = "document.getElementById('learner.accelerate').getBoundingClientRect().top"
+    page.wait_for_function(f"() => Math.abs({top}) < 150", timeout=10_000)
+    page.close()
+
+def test_screenshots(base, browser, tmp_path):
+    "The landing page and the core page render as pictures a person can look at (kept in `DOCS_SCREENSHOTS=folder`)"
+    out = Path(os.environ.get('DOCS_SCREENSHOTS') or tmp_path)
+    page = browser.new_page()
+    for name in ('index.html', 'core.html', 'core.html#learner.accelerate', 'guides/evaluation.html'):
+        page.goto(base + name)
+        page.wait_for_timeout(1500) # Furo's smooth scroll to the anchor
+        png = out/f"{name.replace('.html', '').replace('#', '-').replace('/', '-')}.png"
+        page.screenshot(path=str(png))
+        data = png.read_bytes()
+        w,h = int.from_bytes(data[16:20], 'big'),int.from_bytes(data[20:24], 'big') # the PNG header's size
+        assert data[:8] == b'\x89PNG\r\n\x1a\n' and (w,h) == (1440, 1000) and len(set(data[-4096:])) > 16, name # not blank
+    imgs = page.eval_on_selector_all('img', 'es => es.map(e => [e.naturalWidth, e.complete])') # the last page's pictures
+    page.close()
+    assert len(imgs) >= 2 and all(w > 0 and done for w,done in imgs), imgs
