@@ -10,7 +10,8 @@ from torch import nn
 from fastai.basics import *
 from accelerate.utils import FullyShardedDataParallelPlugin
 from fastxtend_accel.core import *
-from fastxtend_accel.fsdp import local_bytes, _forced_cpu_fsdp
+from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.fsdp_values import local_bytes
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=1024)

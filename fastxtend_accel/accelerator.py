@@ -4,16 +4,17 @@
 
 # %% ../nbs/07_accelerator.ipynb #24314577
 from __future__ import annotations
-import dataclasses, os
+import dataclasses, functools, os
 from contextlib import contextmanager
 import torch
+from torch import nn
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, PrecisionType
 from .patching import accelerate_state, reset_accelerate_state
 from .fsdp import build_accelerator
 
 # %% auto #0
-__all__ = ['make_accelerator', 'local_main_first']
+__all__ = ['make_accelerator', 'local_main_first', 'check_cpu_bf16']
 
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):
@@ -60,3 +61,29 @@ def make_accelerator(**kwargs)->Accelerator:
 def local_main_first():
     "Run the block on each node's main process first, then on its others: per-node preparation (unpacking data, caches)"
     with PartialState(cpu=_cpu_processes()).local_main_process_first(): yield
+
+# %% ../nbs/07_accelerator.ipynb #6c3e1d2a
+@functools.cache
+def _cpu_bf16_runs(rnn:type)->bool:
+    "Whether torch's CPU bf16 autocast runs `rnn` (`nn.LSTM`, `nn.GRU`, `nn.RNN`) on this CPU"
+    # oneDNN's bf16 LSTM needs AVX-512: on an AVX2-only CPU (or with `ONEDNN_MAX_CPU_ISA=AVX2`) torch raises at the
+    # forward
+    with torch.random.fork_rng(devices=[]): # the probe's weights must not move the user's random state
+        try:
+            with torch.autocast('cpu', dtype=torch.bfloat16): rnn(2, 2, batch_first=True)(torch.zeros(1, 1, 2))
+            return True
+        except RuntimeError: return False
+
+def check_cpu_bf16(acc, # An `Accelerator`
+                   model:nn.Module # The model it is to train
+                  ):
+    "Refuse, before training, a model whose recurrent layers torch's CPU bf16 autocast can't run here"
+    if acc.mixed_precision != 'bf16' or acc.device.type != 'cpu': return
+    bad = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))}
+    )
+    if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has "
+                             "no bf16 kernel for "
+                             "its instruction set; CPUs with AVX-512 have one): train this model with "
+                             "`.accelerate(mixed_precision='no')` "
+                             "here, or in bf16 on a CPU with AVX-512 or a GPU.")

@@ -1,10 +1,12 @@
 "Everything in fastxtend_accel, for `from fastxtend_accel.all import *` (each module's own names, in the book's order)"
 from .core import *
 from .fsdp import *
+from .fsdp_values import *
 from .compiler import *
 from .codec import *
 from .rng import *
 from .fields import *
 from .dcp_io import *
 from .state import *
+from .resume import *
 from .checkpoint import *

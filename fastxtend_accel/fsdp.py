@@ -22,8 +22,8 @@ from .patching import (kept, accelerate_state, set_accelerate_state, reset_accel
                                       set_module_tensor)
 
 # %% auto #0
-__all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'prepare_fsdp',
-           'forward_refused', 'local_bytes', 'gathered']
+__all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'meta_skeleton',
+           'shard_like', 'shard_state', 'opt_states', 'prepare_fsdp', 'forward_refused']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
 # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
@@ -187,24 +187,24 @@ def _meta_copy(model):
 # sharded model -> its unsharded copy on the meta device, for `save`, `load` and `export`
 _skeletons = weakref.WeakKeyDictionary()
 
-def _skeleton(model):
+def meta_skeleton(model):
     if model not in _skeletons:
         raise ValueError("This model was sharded outside fastxtend_accel, which can't rebuild it unsharded: let "
                          "`learn.accelerate(fsdp_plugin=...)` shard it.")
     return _skeletons[model]
 
 # %% ../nbs/06_fsdp.ipynb #395023a0
-def _shard_like(t, p, src=0):
+def shard_like(t, p, src=0):
     "`t`, a full tensor of `p`'s shape, as a `DTensor` laid out as `p`, from process `src` (None: each its own `t`)"
     return distribute_tensor(t.detach().to(p.device), p.device_mesh, p.placements, src_data_rank=src)
 
-def _shard_state(state, p, src=0):
+def shard_state(state, p, src=0):
     "Optimizer state `state` of parameter `p`, its full tensors of `p`'s shape sharded like `p` (a plain `p`: as it is)"
     if not isinstance(p, DTensor): return state
     def full(v): return isinstance(v, Tensor) and not isinstance(v, DTensor) and v.shape == p.shape
-    return {k: _shard_like(v, p, src) if full(v) else v for k,v in sorted(state.items())}
+    return {k: shard_like(v, p, src) if full(v) else v for k,v in sorted(state.items())}
 
-def _states(opt):
+def opt_states(opt):
     "The dicts holding `opt`'s per-parameter state: fastai's, and the torch optimizer's inside an `OptimWrapper`"
     return [opt.state] + ([opt.opt.state] if isinstance(opt, OptimWrapper) else [])
 
@@ -213,8 +213,8 @@ def _move_opt(opt, new):
     if isinstance(opt, OptimWrapper):
         for pg in opt.opt.param_groups: pg['params'] = [new[p] for p in pg['params']]
     else: opt.param_lists = L(L(new[p] for p in pl) for pl in opt.param_lists)
-    for st in _states(opt):
-        moved = {new.get(p, p): _shard_state(s, new.get(p, p)) for p,s in st.items()}
+    for st in opt_states(opt):
+        moved = {new.get(p, p): shard_state(s, new.get(p, p)) for p,s in st.items()}
         st.clear(); st.update(moved)
 
 def _opt_params(opt): return [p for pl in opt.param_lists for p in pl]
@@ -269,97 +269,3 @@ def forward_refused(model:nn.Module # A module sharded with FSDP2
     h = model.register_forward_pre_hook(_refuse, prepend=True) # before FSDP2's own hook, which gathers
     try: yield
     finally: h.remove()
-
-# %% ../nbs/06_fsdp.ipynb #38900aa0
-def local_bytes(model:nn.Module, # A model, sharded or not
-                opt=None # Its fastai optimizer
-               )->dict:
-    "Bytes of parameters and optimizer state this process holds (its shards only, under FSDP2)"
-    loc = lambda t: t.to_local() if isinstance(t, DTensor) else t
-    nb = lambda ts: sum(loc(t).numel()*t.element_size() for t in ts)
-    params = nb(model.parameters())
-    states = [] if opt is None else [v for st in _states(opt) for s in st.values() for v in s.values()]
-    state = nb(v for v in states if isinstance(v, Tensor) and v.ndim)
-    return dict(params=params, opt=state, total=params+state)
-
-# %% ../nbs/06_fsdp.ipynb #53dc5584
-def _full(t): return t.full_tensor() if isinstance(t, DTensor) else t
-
-def _main(): return not dist.is_initialized() or dist.get_rank() == 0
-
-def _unsharded_model(model):
-    "A plain copy of sharded `model` with its full weights on the main process, None elsewhere; every process calls it"
-    skeleton = _skeleton(model)
-    reshard(model)
-    main = _main()
-    res = deepcopy(skeleton) if main else None
-    new = {}
-    for n,t in chain(model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False)):
-        if id(t) not in new:
-            v = _full(t).detach() # gathers: every process, in the same order
-            if not main: continue
-            new[id(t)] = nn.Parameter(v.cpu(), t.requires_grad) if isinstance(t, nn.Parameter) else v.cpu()
-        if main:
-            mod,_,attr = n.rpartition('.')
-            set_module_tensor(res.get_submodule(mod), attr, new[id(t)])
-    return res
-
-def _full_states(opt):
-    "`opt`'s per-parameter state dicts with full tensors on the main process (None elsewhere); every process calls it"
-    res = []
-    for st in _states(opt):
-        full = {p: {k: _full(v) for k,v in sorted(s.items())} for p,s in st.items()}
-        res.append({p: {k: v.cpu() if isinstance(v, Tensor) else v for k,v in s.items()} for p,s in full.items()})
-    return res if _main() else None
-
-@contextmanager
-def _swapped(learn, model, states):
-    "Inside, `learn.model` is `model` and `learn.opt`'s state dicts hold `states`; afterwards both as they were"
-    old_model,opt = learn.model,learn.opt
-    old = [dict(st) for st in _states(opt)] if states is not None else None
-    learn.model = model
-    if states is not None:
-        for st,s in zip(_states(opt), states): st.clear(); st.update(s)
-    try: yield
-    finally:
-        learn.model,learn.opt = old_model,opt
-        if states is not None:
-            for st,s in zip(_states(opt), old): st.clear(); st.update(s)
-
-@contextmanager
-def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2
-             with_opt:bool=False # Gather the optimizer state too
-            ):
-    "Inside, on the main process, `learn.model` is a plain copy with full weights (and full optimizer state); all enter"
-    # a user's own `fully_shard`: fastai's way
-    if getattr(learn, 'accelerator', None) is None or not is_sharded(learn.model):
-        yield
-        return
-    model = _unsharded_model(learn.model)
-    states = _full_states(learn.opt) if with_opt and learn.opt is not None else None
-    if model is None: # not the main process: nothing to swap
-        yield
-        return
-    with _swapped(learn, model, states): yield
-
-# %% ../nbs/06_fsdp.ipynb #69e683c0
-_load = kept(Learner, 'load', 'pre_fsdp')
-
-@patch
-@delegates(_load)
-def load(self:Learner, file, device=None, **kwargs):
-    "Load model and optimizer state from `self.path/self.model_dir/file`; a sharded model keeps each process's shards"
-    model = self.model
-    # fastai's, unless we sharded it
-    if self.accelerator is None or not is_sharded(model): return _load(self, file, device, **kwargs)
-    if self.opt is None: self.create_opt() # on the sharded parameters
-    reshard(model)
-    plain = deepcopy(_skeleton(model)).to_empty(device='cpu')
-    with _swapped(self, plain, None): _load(self, file, device, **kwargs) # every process reads the file
-    src = dict(chain(plain.named_parameters(), plain.named_buffers()))
-    with torch.no_grad():
-        for n,t in chain(model.named_parameters(), model.named_buffers()):
-            t.copy_(_shard_like(src[n], t, None) if isinstance(t, DTensor) else src[n])
-    for st in _states(self.opt):
-        for p in list(st): st[p] = _shard_state(st[p], p, None)
-    return self

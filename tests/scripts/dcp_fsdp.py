@@ -7,7 +7,8 @@ from torch.distributed.tensor import DTensor
 from accelerate.utils import FullyShardedDataParallelPlugin
 from fastai.basics import *
 from fastxtend_accel.core import *
-from fastxtend_accel.fsdp import gathered, _forced_cpu_fsdp
+from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.fsdp_values import gathered
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 

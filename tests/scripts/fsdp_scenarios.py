@@ -9,7 +9,8 @@ from accelerate.utils import FullyShardedDataParallelPlugin
 from torch.distributed.tensor import DTensor
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import *
-from fastxtend_accel.fsdp import local_bytes, _forced_cpu_fsdp
+from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.fsdp_values import local_bytes
 from fastxtend_accel.patching import compiled_graphs
 from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner
 
