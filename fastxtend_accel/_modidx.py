@@ -382,6 +382,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                     'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.fastai_method': ( 'patching.html#fastai_method',
                                                                                       'fastxtend_accel/patching.py'),
+                                          'fastxtend_accel.patching.forget_prepared': ( 'patching.html#forget_prepared',
+                                                                                        'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.kept': ('patching.html#kept', 'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.own_fake_loader': ( 'patching.html#own_fake_loader',
                                                                                         'fastxtend_accel/patching.py'),

@@ -176,7 +176,8 @@ def before_fit(self:AcceleratorCallback):
     self.fit_starting = False
     # a sharded model runs on every process together
     self.set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp))
-    model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False) # undo what an interrupted fit left
+    # undo what an interrupted fit left; prepared afresh, in mixed precision again too
+    model = forget_prepared(acc.unwrap_model(learn.model, keep_fp32_wrapper=False))
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if self.fsdp: learn.model = prepare_fsdp(acc, model, learn.opt)
     else: learn.model = acc.prepare_model(model, evaluation_mode=not self.distributed)

@@ -18,9 +18,9 @@ from accelerate.state import AcceleratorState, PartialState
 # %% auto #0
 __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
            'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
-           'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics', 'compiled_call',
-           'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled', 'compiled_graphs',
-           'clear_compiled_graphs', 'plain_tensors', 'copy_metadata', 'set_module_tensor']
+           'forget_prepared', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics',
+           'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled',
+           'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata', 'set_module_tensor']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -104,6 +104,12 @@ def restore_step(opt # An optimizer that Accelerate's `AcceleratedOptimizer` wra
                 ):
     "Give `opt` back the `step` of its class, where Accelerate replaced it on the instance (it does with a loss scaler)"
     vars(opt).pop('step', None)
+
+def forget_prepared(model # A model Accelerate prepared earlier, unwrapped since
+                   ):
+    "Have Accelerate's next `prepare_model` prepare `model` again (mixed precision, DDP) instead of returning it as it is"
+    vars(model).pop('_is_accelerate_prepared', None) # Accelerate's mark against wrapping twice, not public
+    return model
 
 # %% ../nbs/01_patching.ipynb #f4394793
 def epoch_order(dl # A fastai `DataLoader`
