@@ -6,6 +6,7 @@
 from __future__ import annotations
 import os, signal, socket, subprocess, sys, time
 from pathlib import Path
+from typing import Callable
 import torch
 
 # %% auto #0

@@ -106,13 +106,13 @@ def test_signatures_have_no_addresses(visited):
     assert not bad, bad
 
 def test_api_reference_rendered(visited):
-    "show_doc's signature and docstring for the main entry point, under nbdev's anchor"
-    core = visited['core.html']
-    assert 'learner.accelerate' in core['ids']
-    assert 'def accelerate(' in core['text'] and 'split_batches:bool=False' in core['text']
+    "show_doc's signature and docstring for the main entry point, under nbdev's anchor (on the page that defines it)"
+    page = visited['callback.html']
+    assert 'learner.accelerate' in page['ids']
+    assert 'def accelerate(' in page['text'] and 'split_batches:bool=False' in page['text']
 
 def test_search_finds_accelerate(base, browser):
-    "Type into the search box as a reader does; Sphinx's search, in the page, lists the core page"
+    "Type into the search box as a reader does; Sphinx's search, in the page, lists the callback's page"
     page = browser.new_page()
     page.goto(base + 'index.html')
     box = page.locator('input[name="q"]').first
@@ -121,13 +121,13 @@ def test_search_finds_accelerate(base, browser):
     page.wait_for_url('**/search.html?q=accelerate*')
     hits = page.locator('#search-results li')
     hits.first.wait_for(timeout=20_000)
-    assert hits.count() > 0 and page.locator('#search-results a[href*="core.html"]').count() > 0
+    assert hits.count() > 0 and page.locator('#search-results a[href*="callback.html"]').count() > 0
     page.close()
 
 def test_doc_link_lands_on_its_entry(base, browser):
     "A backticked name's link scrolls to its API entry (Furo scrolls smoothly: wait until it arrives)"
     page = browser.new_page()
-    page.goto(base + 'core.html#learner.accelerate')
+    page.goto(base + 'callback.html#learner.accelerate')
     top = "document.getElementById('learner.accelerate').getBoundingClientRect().top"
     page.wait_for_function(f"() => Math.abs({top}) < 150", timeout=10_000)
     page.close()
@@ -136,7 +136,7 @@ def test_screenshots(base, browser, tmp_path):
     "The landing page and the core page render as pictures a person can look at (kept in `DOCS_SCREENSHOTS=folder`)"
     out = Path(os.environ.get('DOCS_SCREENSHOTS') or tmp_path)
     page = browser.new_page()
-    for name in ('index.html', 'core.html', 'core.html#learner.accelerate', 'guides/evaluation.html'):
+    for name in ('index.html', 'core.html', 'callback.html#learner.accelerate', 'guides/evaluation.html'):
         page.goto(base + name)
         page.wait_for_timeout(1500) # Furo's smooth scroll to the anchor
         png = out/f"{name.replace('.html', '').replace('#', '-').replace('/', '-')}.png"
