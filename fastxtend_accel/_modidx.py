@@ -509,4 +509,15 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                             'fastxtend_accel.test_utils.synth_token_seqs': ( 'test_utils.html#synth_token_seqs',
                                                                                              'fastxtend_accel/test_utils.py'),
                                             'fastxtend_accel.test_utils.tiny_mlp': ( 'test_utils.html#tiny_mlp',
-                                                                                     'fastxtend_accel/test_utils.py')}}}
+                                                                                     'fastxtend_accel/test_utils.py')},
+            'fastxtend_accel.xla': { 'fastxtend_accel.xla.check_xla': ('xla.html#check_xla', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.enter_xla': ('xla.html#enter_xla', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.is_xla': ('xla.html#is_xla', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.leave_xla': ('xla.html#leave_xla', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.model_device': ('xla.html#model_device', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.move_model': ('xla.html#move_model', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.place_state': ('xla.html#place_state', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.set_xla_rng_state': ('xla.html#set_xla_rng_state', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.xla_compilations': ('xla.html#xla_compilations', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.xla_rng_state': ('xla.html#xla_rng_state', 'fastxtend_accel/xla.py'),
+                                     'fastxtend_accel.xla.xla_sync': ('xla.html#xla_sync', 'fastxtend_accel/xla.py')}}}
