@@ -161,6 +161,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                      'fastxtend_accel/compiler.py'),
                                           'fastxtend_accel.compiler.MatMulPrecision': ( 'compiler.html#matmulprecision',
                                                                                         'fastxtend_accel/compiler.py'),
+                                          'fastxtend_accel.compiler._backend': ('compiler.html#_backend', 'fastxtend_accel/compiler.py'),
                                           'fastxtend_accel.compiler._check_backend': ( 'compiler.html#_check_backend',
                                                                                        'fastxtend_accel/compiler.py'),
                                           'fastxtend_accel.compiler._choice': ('compiler.html#_choice', 'fastxtend_accel/compiler.py'),
