@@ -2,6 +2,7 @@
 from .core import *
 from .fsdp import *
 from .fsdp_values import *
+from .xla import *
 from .compiler import *
 from .codec import *
 from .rng import *

@@ -4,7 +4,6 @@
 
 # %% ../nbs/08_callback.ipynb #2d12a451
 from __future__ import annotations
-import functools, os
 from contextlib import ExitStack
 import torch
 from torch import nn
@@ -14,7 +13,6 @@ from fastai.callback.fp16 import MixedPrecision
 from fastai.callback.training import GradientAccumulation
 from fastai.callback.progress import ProgressCallback, ShowGraphCallback, CSVLogger
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, PrecisionType
 from .patching import *
 from .data import *
 from .collectives import *
@@ -22,6 +20,7 @@ from .evaluation import *
 from .accelerator import *
 from .events import *
 from .fsdp import *
+from .xla import *
 
 # %% auto #0
 __all__ = ['AcceleratorCallback']
@@ -94,12 +93,13 @@ class AcceleratorCallback(Callback):
         self.fsdp_plugin = fsdp2_plugin(self.accelerator) # FSDP2: the model is sharded at the first fit, and stays so
         self.fsdp = self.fsdp_plugin is not None # The model is sharded with FSDP2 (read by `CompilerCallback`)
         if sync_bn and self.accelerator.device.type == 'cpu':
-            raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU. Leave `sync_bn=False` "
-                             "on CPU.")
+            raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU (leave it False).")
         self.sync_bn,self.n_acc,self.group = sync_bn,self.accelerator.gradient_accumulation_steps,1
         self.smooth_loss_every_batch = smooth_loss_every_batch
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
-        self.plain_step = self.accelerator.scaler is None and self.accelerator.distributed_type != DistributedType.XLA
+        self.plain_step = self.accelerator.scaler is None
+        self.xla,self.home = is_xla(self.accelerator),None # On an XLA device; where the model was before the fit
+        if self.xla: check_xla(self.accelerator)
         self._no_sync,self.depth,self.old_loaders = ExitStack(),0,None
         self.fit_starting = False
         self.set_distributed(self.accelerator.num_processes > 1)
@@ -111,7 +111,7 @@ class AcceleratorCallback(Callback):
         if self.distributed == on: return # the event lists still hold
         self.distributed = on
         self.idle_events = set() if on else {'after_pred', 'after_loss'}
-        if self.n_acc == 1: self.idle_events |= {'before_batch', 'after_batch'}
+        if self.n_acc == 1: self.idle_events |= {'before_batch'} if self.xla else {'before_batch', 'after_batch'}
         if self.n_acc == 1 and self.accelerator.scaler is None: self.idle_events.add('before_step')
         if self.learn is not None: reset_event_lists(self.learn)
 
@@ -142,19 +142,16 @@ def _check_callbacks(self:AcceleratorCallback):
     learn,acc = self.learn,self.accelerator
     if acc.mixed_precision != self.precision:
         raise ValueError(f"This learner was set up for mixed_precision={self.precision!r}, but a later `Accelerator` "
-                         "in this process "
-                         f"switched Accelerate to {acc.mixed_precision!r}: call `learn.accelerate(...)` again before "
-                         "fitting.")
+                         f"in this process switched Accelerate to {acc.mixed_precision!r}: call "
+                         "`learn.accelerate(...)` again before fitting.")
     if fsdp2_plugin(acc) is not self.fsdp_plugin:
         raise ValueError("A later `Accelerator` in this process replaced the FSDP setup this learner was accelerated "
-                         "with "
-                         "(Accelerate keeps one per process): call `learn.accelerate(...)` again before fitting.")
+                         "with (Accelerate keeps one per process): call `learn.accelerate(...)` again before fitting.")
     if acc.mixed_precision != 'no' and any(isinstance(cb, MixedPrecision) for cb in learn.cbs):
-        raise ValueError("fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's "
-                         f"mixed_precision={acc.mixed_precision!r} "
-                         "would both autocast and scale: remove it with `learn.remove_cb(MixedPrecision)` (or "
-                         "`to_fp32()`) "
-                         "and keep Accelerate's, or use `.accelerate(mixed_precision='no')`.")
+        raise ValueError(f"fastai's `MixedPrecision` (`to_fp16`/`to_bf16`) and Accelerate's mixed_precision="
+                         f"{acc.mixed_precision!r} would both autocast and scale: remove it with "
+                         "`learn.remove_cb(MixedPrecision)` (or `to_fp32()`) and keep Accelerate's, or use "
+                         "`.accelerate(mixed_precision='no')`.")
     ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
     if ga:
         bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
@@ -178,6 +175,7 @@ def before_fit(self:AcceleratorCallback):
     self.set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp))
     # undo what an interrupted fit left; prepared afresh, in mixed precision again too
     model = forget_prepared(acc.unwrap_model(learn.model, keep_fp32_wrapper=False))
+    if self.xla: self.home = enter_xla(learn, model, acc.device)
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if self.fsdp: learn.model = prepare_fsdp(acc, model, learn.opt)
     else: learn.model = acc.prepare_model(model, evaluation_mode=not self.distributed)
@@ -198,8 +196,10 @@ def _shard(self:AcceleratorCallback, dl): return shard_dl(dl, self.accelerator) 
 def _restore(self:AcceleratorCallback):
     "Put the learner back as it was before `before_fit`"
     self.depth = 0
-    if self.old_loaders is None: return
     acc,learn = self.accelerator,self.learn
+    if self.home is not None: # back where it was: files hold no XLA tensor, and fastai's `model.to` moves nothing
+        learn.model,self.home = leave_xla(learn, acc.unwrap_model(learn.model, keep_fp32_wrapper=False), self.home),None
+    if self.old_loaders is None: return
     self._no_sync.close()
     learn.model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False)
     if self.fsdp: reshard(learn.model) # an evaluation leaves the root module's full parameters allocated
@@ -258,7 +258,9 @@ def before_batch(self:AcceleratorCallback):
     if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
 
 @patch
-def after_batch(self:AcceleratorCallback): self._no_sync.close()
+def after_batch(self:AcceleratorCallback):
+    self._no_sync.close()
+    if self.xla: xla_sync() # after fastai's `zero_grad`, before the `Recorder` reads the loss
 
 # %% ../nbs/08_callback.ipynb #7729d484
 @patch

@@ -26,6 +26,7 @@ class AttachedAccelerator(Protocol):
     is_main_process:bool # The process that prints, logs and writes single files
     is_local_main_process:bool # The first process on this machine
     smooth_loss_every_batch:bool # Average the smooth loss over the processes at every batch, not once an epoch
+    xla:bool # Training on an XLA device (a TPU): the model is there during a fit, on the CPU between fits
     def wait_for_everyone(self): "Wait until every process gets here"
 
 def is_distributed(learn # A `Learner`, or any object standing in for one

@@ -44,11 +44,22 @@ def _choice(enum, value, name):
     except ValueError: raise ValueError(f"Unknown `{name}` {value!r}: use one of {[o.value for o in enum]}") from None
 
 def _check_backend(backend):
-    "`backend` if it is a callable or a backend name dynamo knows, else a ValueError listing the names"
-    if callable(backend): return backend
+    "`backend` if it is None, a callable or a backend name dynamo knows, else a ValueError listing the names"
+    if backend is None or callable(backend): return backend
     # the default excludes 'eager' and 'aot_eager', the debugging backends
     names = torch.compiler.list_backends(exclude_tags=())
     if backend not in names: raise ValueError(f"Unknown `backend` {backend!r}: use a callable or one of {names}")
+    return backend
+
+# %% ../nbs/09a_compiler.ipynb #beb911b1
+_not_on_xla = ('inductor', 'cudagraphs') # they generate CPU/CUDA code
+
+def _backend(backend, xla):
+    "The dynamo backend to compile with: `backend`, else 'openxla' on an XLA device and 'inductor' elsewhere"
+    if backend is None: return 'openxla' if xla else 'inductor'
+    if xla and backend in _not_on_xla:
+        raise ValueError(f"backend={backend!r} can't compile for an XLA device: use backend='openxla' (or leave "
+                         "`backend` unset: it is 'openxla' on XLA and 'inductor' elsewhere)")
     return backend
 
 # %% ../nbs/09a_compiler.ipynb #393fecb7
@@ -63,7 +74,8 @@ class CompilerCallback(Callback):
         fullgraph:bool=False, # Fail on graph breaks instead of splitting the model into several graphs
         # True: dynamic shapes from the start; False: never; None: dynamic batch size where it varies
         dynamic:bool|None=None,
-        backend:str|Callable='inductor', # A `torch.compiler.list_backends(exclude_tags=())` name, or a backend callable
+        # A `torch.compiler.list_backends(exclude_tags=())` name or a backend callable; None: inductor (XLA: openxla)
+        backend:str|Callable|None=None,
         mode:str|CompileMode|None=None, # A `CompileMode`; None is 'default'
         options:dict|None=None, # Backend options (for inductor: `torch._inductor.list_options()`); not with `mode`
         # float32 matmul precision during the fit, where TensorFloat32 exists
@@ -98,8 +110,9 @@ def before_fit(self:CompilerCallback):
         uncompile_model(model) # its graphs would be dropped at `unfreeze` anyway
         return
     if not is_compiled(model):
+        backend = _backend(self.backend, learn.accelerator is not None and learn.accelerator.xla)
         if self.verbose: print(f"Compiling {type(model).__name__}{' regionally' if self.regional else ''} with "
-                               f"backend={self.backend!r}, mode={self.mode!r}")
+                               f"backend={backend!r}, mode={self.mode!r}")
         fsdp = learn.accelerator is not None and learn.accelerator.fsdp # FSDP2 gathers in hooks that dynamo won't trace
         compile_model(
             model,
@@ -107,7 +120,7 @@ def before_fit(self:CompilerCallback):
             hooks=not fsdp,
             fullgraph=self.fullgraph,
             dynamic=self.dynamic,
-            backend=self.backend,
+            backend=backend,
             mode=self.mode,
             options=self.options,
         )

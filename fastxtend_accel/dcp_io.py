@@ -12,8 +12,8 @@ import torch.distributed.checkpoint as dcp
 from fastai.basics import *
 
 # %% auto #0
-__all__ = ['split_tensors', 'join_tensors', 'dcp_kwargs', 'one_process_quiet', 'async_group', 'dcp_metadata', 'dcp_load',
-           'empty_tensor', 'opt_tensors', 'opt_state_to_params']
+__all__ = ['split_tensors', 'join_tensors', 'dcp_kwargs', 'one_process_quiet', 'async_group', 'host', 'host_device', 'empty_like',
+           'dcp_metadata', 'dcp_load', 'empty_tensor', 'opt_tensors']
 
 # %% ../nbs/13_dcp_io.ipynb #db2ac88e
 def split_tensors(o, # Nested dicts, lists and tuples holding tensors (a `state_dict`)
@@ -60,6 +60,23 @@ def async_group()->dist.ProcessGroup|None:
     if world not in _async_groups: _async_groups[world] = dist.new_group(backend='gloo')
     return _async_groups[world]
 
+# %% ../nbs/13_dcp_io.ipynb #c837d79c
+def host(t:Tensor # A tensor to write
+        )->Tensor:
+    "`t`, copied to the CPU if it is on an XLA device: DCP writes, and reads into, tensors it can address"
+    return t.cpu() if t.device.type == 'xla' else t
+
+def host_device(t:Tensor # A tensor of this run, on any device
+               )->torch.device:
+    "Where DCP reads `t`'s values to: the CPU for an XLA tensor, else `t`'s device"
+    return torch.device('cpu') if t.device.type == 'xla' else t.device
+
+def empty_like(t:Tensor, # A tensor of this run, on any device
+               **kwargs # Passed to `torch.empty_like`
+              )->Tensor:
+    "`torch.empty_like(t, **kwargs)` to read into, on the CPU for an XLA tensor `t`"
+    return torch.empty_like(t, device='cpu', **kwargs) if t.device.type == 'xla' else torch.empty_like(t, **kwargs)
+
 # %% ../nbs/13_dcp_io.ipynb #4a73b21c
 def dcp_metadata(path # A checkpoint folder
              )->dict:
@@ -99,15 +116,7 @@ def opt_tensors(opt, # A fastai optimizer, on this run's parameters
         )
     def empty(k, m):
         p = param(k)
-        if p is not None and tuple(p.shape) == tuple(m.size):
-            return torch.empty_like(p.detach(), dtype=m.properties.dtype)
-        return empty_tensor(m, 'cpu' if devices.get(k, 'cpu') == 'cpu' else (p if p is not None else params[0]).device)
+        if p is not None and tuple(p.shape) == tuple(m.size): return empty_like(p.detach(), dtype=m.properties.dtype)
+        if devices.get(k, 'cpu') == 'cpu': return empty_tensor(m)
+        return empty_tensor(m, host_device(p if p is not None else params[0]))
     return {k[4:]: empty(k[4:], m) for k,m in md.items() if k.startswith('opt.')}
-
-# %% ../nbs/13_dcp_io.ipynb #ee4c6b90
-def opt_state_to_params(opt # A fastai optimizer
-                        ):
-    "Move every tensor of fastai optimizer `opt`'s state to its parameter's device (a checkpoint is read onto the CPU)"
-    for p,st in opt.state.items():
-        for k,v in st.items():
-            if isinstance(v, Tensor) and v.device != p.device: st[k] = v.to(p.device)

@@ -22,8 +22,9 @@ from .patching import (kept, accelerate_state, set_accelerate_state, reset_accel
                                       set_module_tensor)
 
 # %% auto #0
-__all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'meta_skeleton',
-           'shard_like', 'shard_state', 'opt_states', 'prepare_fsdp', 'forward_refused']
+__all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'meta_copy',
+           'meta_skeleton', 'shard_like', 'shard_state', 'opt_states', 'move_opt', 'opt_params', 'prepare_fsdp',
+           'forward_refused']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
 # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
@@ -171,7 +172,8 @@ def _meta(t):
     m = torch.empty_like(t, device='meta')
     return nn.Parameter(m, t.requires_grad) if isinstance(t, nn.Parameter) else m
 
-def _meta_copy(model):
+def meta_copy(model:nn.Module # Any module, plain or compiled in place
+             )->nn.Module:
     "A copy of `model` on the meta device: classes and structure, no memory, uncompiled, no fastai callbacks' hooks"
     memo = {id(t): _meta(t) for t in chain(model.parameters(), model.buffers())}
     for m in model.modules():
@@ -208,8 +210,10 @@ def opt_states(opt):
     "The dicts holding `opt`'s per-parameter state: fastai's, and the torch optimizer's inside an `OptimWrapper`"
     return [opt.state] + ([opt.opt.state] if isinstance(opt, OptimWrapper) else [])
 
-def _move_opt(opt, new):
-    "Point fastai optimizer `opt` at the sharded parameters `new[p]` instead of its `p`, its state sharded alike"
+def move_opt(opt, # A fastai `Optimizer` or `OptimWrapper`
+             new:dict # The parameter that replaces each of its parameters (sharded, or moved to another device)
+            ):
+    "Point fastai optimizer `opt` at the parameters `new[p]` instead of its `p`, its state sharded like them"
     if isinstance(opt, OptimWrapper):
         for pg in opt.opt.param_groups: pg['params'] = [new[p] for p in pg['params']]
     else: opt.param_lists = L(L(new[p] for p in pl) for pl in opt.param_lists)
@@ -217,7 +221,10 @@ def _move_opt(opt, new):
         moved = {new.get(p, p): shard_state(s, new.get(p, p)) for p,s in st.items()}
         st.clear(); st.update(moved)
 
-def _opt_params(opt): return [p for pl in opt.param_lists for p in pl]
+def opt_params(opt # A fastai `Optimizer` or `OptimWrapper`
+              )->list:
+    "The parameters `opt` steps, group after group"
+    return [p for pl in opt.param_lists for p in pl]
 
 # %% ../nbs/06_fsdp.ipynb #b61afc7a
 def _track(acc, model):
@@ -241,14 +248,14 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
     else:
         # with it, Accelerate broadcasts itself
         if not acc.state.fsdp_plugin.cpu_ram_efficient_loading: _broadcast(model)
-        skeleton = _meta_copy(model)
-        old = list({id(p): p for p in (_opt_params(opt) if opt is not None else model.parameters())}.values())
+        skeleton = meta_copy(model)
+        old = list({id(p): p for p in (opt_params(opt) if opt is not None else model.parameters())}.values())
         model,new = _prepare(acc, model, old)
         _skeletons[model] = skeleton
-        if opt is not None: _move_opt(opt, dict(zip(old, new)))
+        if opt is not None: move_opt(opt, dict(zip(old, new)))
     if opt is not None:
         ids = {id(p) for p in model.parameters()}
-        stale = [p for p in _opt_params(opt) if id(p) not in ids]
+        stale = [p for p in opt_params(opt) if id(p) not in ids]
         if stale: raise ValueError(f"`learn.opt` steps {len(stale)} parameter(s) that are not the sharded model's, and "
                                    "would update them "
                                    "for nothing: call `learn.create_opt()` to build an optimizer on the sharded "

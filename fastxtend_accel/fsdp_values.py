@@ -36,11 +36,16 @@ def _full(t): return t.full_tensor() if isinstance(t, DTensor) else t
 
 def _main(): return not dist.is_initialized() or dist.get_rank() == 0
 
+def _on_xla(model): return any(t.device.type == 'xla' for t in chain(model.parameters(), model.buffers()))
+
 def _unsharded_model(model):
     "A plain copy of sharded `model` with its full weights on the main process, None elsewhere; every process calls it"
     skeleton = meta_skeleton(model)
     reshard(model)
-    main = _main()
+    return _plain_copy(model, skeleton, _main())
+
+def _plain_copy(model, skeleton, main=True):
+    "`skeleton` (`model` on the meta device) holding `model`'s full weights on the CPU, on the main process (else None)"
     res = deepcopy(skeleton) if main else None
     new = {}
     for n,t in chain(model.named_parameters(remove_duplicate=False), model.named_buffers(remove_duplicate=False)):
@@ -76,15 +81,17 @@ def _swapped(learn, model, states):
             for st,s in zip(opt_states(opt), old): st.clear(); st.update(s)
 
 @contextmanager
-def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2
+def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2, or on an XLA device
              with_opt:bool=False # Gather the optimizer state too
             ):
-    "Inside, on the main process, `learn.model` is a plain copy with full weights (and full optimizer state); all enter"
-    # a user's own `fully_shard`: fastai's way
-    if getattr(learn, 'accelerator', None) is None or not is_sharded(learn.model):
+    "Inside, on the main process, `learn.model` is a plain CPU copy with full weights (and optimizer state); all enter"
+    model = getattr(learn, 'model', None)
+    # a model on the CPU or a GPU, or a user's own `fully_shard`: fastai's way
+    if getattr(learn, 'accelerator', None) is None or model is None or not (is_sharded(model) or _on_xla(model)):
         yield
         return
-    model = _unsharded_model(learn.model)
+    # on an XLA device (during a fit): a CPU copy, for files that load without torch_xla
+    model = _unsharded_model(model) if is_sharded(model) else _plain_copy(model, meta_copy(model))
     states = _full_states(learn.opt) if with_opt and learn.opt is not None else None
     if model is None: # not the main process: nothing to swap
         yield

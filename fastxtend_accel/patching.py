@@ -107,7 +107,7 @@ def restore_step(opt # An optimizer that Accelerate's `AcceleratedOptimizer` wra
 
 def forget_prepared(model # A model Accelerate prepared earlier, unwrapped since
                    ):
-    "Have Accelerate's next `prepare_model` prepare `model` again (mixed precision, DDP) instead of returning it as it is"
+    "Have Accelerate's next `prepare_model` prepare `model` again (mixed precision, DDP), not return it as it is"
     vars(model).pop('_is_accelerate_prepared', None) # Accelerate's mark against wrapping twice, not public
     return model
 

@@ -10,6 +10,7 @@ import torch
 from fastai.basics import *
 from .data import ShardedDL, is_lm_loader
 import fastxtend_accel.evaluation # declares `AvgSmoothLoss.own`, this process's own smoothing
+from .xla import xla_rng_state, set_xla_rng_state
 
 # %% auto #0
 __all__ = ['train_loader', 'rng_state', 'set_rng_state', 'new_process_rng']
@@ -47,6 +48,8 @@ def _set_stream_state(learn, st):
         dl.items.idxs[:] = st['docs'] # in place: the loader's `lens` share the list
         dl.make_chunks()
 
+def _on_xla(learn): return learn.accelerator is not None and learn.accelerator.xla
+
 def rng_state(learn # A `Learner`
               )->dict:
     "This process's random states, its training loader's, a language model's stream state, and its own smoothed loss"
@@ -56,7 +59,7 @@ def rng_state(learn # A `Learner`
     return dict(python=random.getstate(), numpy=(np_st[0], torch.from_numpy(np_st[1].astype(np.int64)), *np_st[2:]),
                 torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 dl=dl.rng.getstate() if hasattr(dl, 'rng') else None, stream=_stream_state(learn),
-                own_smooth=sm.own if sm else None)
+                own_smooth=sm.own if sm else None, xla=xla_rng_state() if _on_xla(learn) else None)
 
 def set_rng_state(learn, # The `Learner` whose training loader gets its generator back
                   st # Random states, as `rng_state` gives them
@@ -69,6 +72,7 @@ def set_rng_state(learn, # The `Learner` whose training loader gets its generato
         np.random.set_state((st['numpy'][0], st['numpy'][1].numpy().astype(np.uint32), *st['numpy'][2:]))
         torch.set_rng_state(st['torch'])
         if st['cuda']: torch.cuda.set_rng_state_all(st['cuda'])
+    if _on_xla(learn): set_xla_rng_state(st['seed'] if 'seed' in st else st.get('xla')) # None: saved off XLA
     if st['dl'] is not None: train_loader(learn).rng.setstate(st['dl'])
     if st.get('stream') is not None: _set_stream_state(learn, st['stream'])
 

@@ -15,6 +15,7 @@ from .codec import *
 from .rng import *
 from .fields import *
 from .dcp_io import *
+from .xla import place_state
 
 # %% auto #0
 __all__ = ['checkpoint_to_weights']
@@ -76,6 +77,7 @@ def _save_state(self:Learner, path, tmp, position, async_save):
     write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state')
     tensors = dict(model=get_model(self.model).state_dict())
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
+    tensors = {k: {n: host(t) for n,t in d.items()} for k,d in tensors.items()} # a model on XLA: CPU copies
     if self.is_main_process:
         scaler = getattr(self.accelerator, 'scaler', None) if self.accelerator is not None else None
         state = dict(opt=opt, opt_devices={k: t.device.type for k,t in tensors.get('opt', {}).items()},
@@ -110,14 +112,14 @@ def load_state(self:Learner,
     if self.opt is None: self.create_opt()
     model = get_model(self.model)
     # read into new tensors: a checkpoint that fails to read leaves the learner as it was
-    tensors = dict(model={k: torch.empty_like(v) for k,v in model.state_dict().items()})
+    tensors = dict(model={k: empty_like(v) for k,v in model.state_dict().items()})
     if state['opt'] is not None: tensors['opt'] = opt_tensors(self.opt, dcp_metadata(path), state['opt_devices'])
     dcp_load(tensors, path, **dcp_kwargs())
     model_sd,opt_sd = tensors['model'],join_tensors(state['opt'], '', tensors.get('opt', {}))
     model.load_state_dict(model_sd)
     if opt_sd is not None:
         self.opt.load_state_dict(opt_sd)
-        opt_state_to_params(self.opt)
+        place_state(self.opt) # on its parameters' devices: DCP read it onto the CPU
     self.opt.freeze_to(state['frozen_idx'])
     scaler = getattr(self.accelerator, 'scaler', None) if self.accelerator is not None else None
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, check the exported modules match the notebooks, run the notebooks' lessons, then pytest; fail if anything was left in the tree.
+# Set up, check the exported modules match the notebooks, run the notebooks' lessons, then pytest, then the XLA tests
+# (tools/xla_check.sh); fail if anything was left in the tree.
 # bf16 on CPU runs on kernels that depend on the instruction set (native bf16 with avx512_bf16/AMX, emulated with AVX-512, no bf16
 # LSTM with AVX2 alone): the bf16 lessons and tests run once as this CPU is and once as on an AVX2 CPU, whose kernels oneDNN,
 # torch's own vectorized code and MKL pick when told the CPU has no more than AVX2.
@@ -37,6 +38,8 @@ status=0
 pytest --junitxml="$reports/as-is.xml" tests || status=$?
 echo "bf16 tests as on an AVX2 CPU (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2):"
 avx2 pytest -m bf16 --junitxml="$reports/avx2.xml" tests || status=$?
+echo "XLA tests on XLA's CPU runtime (tools/xla_check.sh: torch_xla in a venv of its own, outside the tree):"
+bash tools/xla_check.sh --junitxml="$reports/xla.xml" || status=$?
 if [ "$before" != "$(state)" ]; then
   echo "the tests left files in the working tree (they must write to temporary folders):" >&2
   git status --porcelain --untracked-files=all >&2

@@ -13,6 +13,7 @@ p.add_argument('out')
 p.add_argument('--sleep', type=float, default=0., help='seconds to wait after each batch, to leave time for a kill')
 p.add_argument('--mixed-precision', default='no')
 p.add_argument('--accumulate', type=int, default=1)
+p.add_argument('--dropout', type=float, default=0.3, help='0: no dropout, so the same values on every device')
 p.add_argument('--slow-save', action='store_true', help='wait 30 s inside the first checkpoint write after epoch 0')
 args = p.parse_args()
 out = Path(args.out)
@@ -29,7 +30,7 @@ class Sleep(Callback):
 
 set_seed(0)
 learn = synth_learner_digits(n=768, bs=16)
-learn.model = tiny_mlp(p=0.3)
+learn.model = tiny_mlp(p=args.dropout)
 learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate)
 learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Sleep()])
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values, losses=learn.recorder.losses,
