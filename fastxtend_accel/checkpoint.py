@@ -57,6 +57,7 @@ class CheckpointCallback(Callback):
         if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
         store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
         self.path,self.n_fit,self.resumption,self.fit_token = Path(path),-1,None,None
+        self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
         self.nested,self.old_handlers,self.quieted = 0,{},[]
 
 # %% ../nbs/16_checkpoint.ipynb #e1e0f648
@@ -140,6 +141,22 @@ def _quiet_workers(self:CheckpointCallback):
 @patch
 def before_validate(self:CheckpointCallback): self._quiet_workers()
 
+# %% ../nbs/16_checkpoint.ipynb #0cec9cf7
+@patch
+def _resume_from(self:CheckpointCallback)->Path|None:
+    "The newest checkpoint in `path` every process verifies, None if there are none; warn about each bad one"
+    learn,bad = self.learn,[]
+    found = learn.broadcast(_checkpoints(self.path)) # the main process's list: every process tries the same ones
+    for p in reversed(found):
+        try:
+            learn.verify_state(p)
+            return p
+        except ValueError as e:
+            bad.append(e)
+            if learn.is_main_process: warn(f"Checkpoint {p} can't be resumed from: {e}")
+    if found: raise ValueError(f"None of the {len(found)} checkpoints in {self.path} can be resumed from (the newest: "
+                               f"{bad[0]}). Move them away to start afresh")
+
 # %% ../nbs/16_checkpoint.ipynb #4a65d49b
 @patch
 def before_fit(self:CheckpointCallback):
@@ -152,12 +169,12 @@ def before_fit(self:CheckpointCallback):
     self.n_fit += 1
     if self.resume and self.n_fit == 0:
         learn.barrier()
-        self.ckpt = latest_checkpoint(self.path)
+        self.ckpt = self.resumed_from = self._resume_from()
         if self.ckpt is not None: self.ckpt_fit = read_state_file(self.ckpt/'state.pt')['position']['fit']
     if getattr(self, 'ckpt', None) is None: return
     if self.n_fit < self.ckpt_fit: raise CancelFitException()
     # load on the checkpoint's own fit: what runs between fits (`freeze`, `unfreeze`) resets the optimizer
-    self.resumption = Resumption(learn, self.ckpt)
+    self.resumption = Resumption(learn, self.ckpt, verified=True)
     p,n = self.resumption.p,learn.accelerator.num_processes if learn.accelerator else 1
     if learn.is_main_process: self._tell_resume(p, global_bs(learn), n)
     self.ckpt,self.steps = None,p['steps']

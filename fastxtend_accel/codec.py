@@ -114,10 +114,11 @@ def atomic_save(obj, # What `torch.save` writes
 
 def write_state_file(obj, # Values of fastai, numpy and Python, as `encode_state` takes them
                      fn:Path, # The file
-                     where:str='state' # What `obj` is, for the error naming a value that can't be written
+                     where:str='state', # What `obj` is, for the error naming a value that can't be written
+                     save:Callable=atomic_save # Writes the plain types to `fn`, whole or not at all
                     ):
     "Write `obj` to `fn` as plain types, whole or not at all"
-    atomic_save(encode_state(obj, where), fn)
+    save(encode_state(obj, where), fn)
 
 # %% ../nbs/10_codec.ipynb #e60d1a23
 def _unsafe_globals(fn):

@@ -66,11 +66,13 @@ class Resumption:
     "A fit going on from a checkpoint: its steps, in the order the fit takes them"
     def __init__(self,
         learn:Learner, # The learner whose fit resumes
-        ckpt:Path # The checkpoint folder
+        ckpt:Path, # The checkpoint folder
+        verified:bool=False # Whether every process verified `ckpt` already (`Learner.verify_state`)
     ):
         "Step 1, at `before_fit`: load weights, optimizer, scaler, callbacks' fields; start at the checkpoint's epoch"
         self.learn,self.ckpt,self.undo,self.pending = learn,ckpt,[],True
-        self.p = learn.load_state(ckpt, with_rng=False) # where the fit stood, its random states and its `Recorder`
+        # where the fit stood, its random states and its `Recorder`
+        self.p = learn.load_state(ckpt, with_rng=False, verify=not verified)
         learn._start_epoch = self.p['epoch'] # `Learner._do_fit` starts there
         if self.p['batch'] == 0: self.restore() # an epoch boundary: everything as when that epoch ended
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os, shutil
 from pathlib import Path
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from fastai.basics import *
 from .collectives import *
@@ -15,6 +16,7 @@ from .codec import *
 from .rng import *
 from .fields import *
 from .dcp_io import *
+from .checksums import *
 from .xla import place_state
 
 # %% auto #0
@@ -74,7 +76,8 @@ def _save_state(self:Learner, path, tmp, position, async_save):
         tmp.mkdir(parents=True)
     self.barrier()
     sync_smooth_loss(self) # the recorded smooth losses, as one process would have them
-    write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state')
+    fs = ChecksumFS() # every file of this process goes through it, checksummed as it is written
+    write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state', save=fs.save)
     tensors = dict(model=get_model(self.model).state_dict())
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
     tensors = {k: {n: host(t) for n,t in d.items()} for k,d in tensors.items()} # a model on XLA: CPU copies
@@ -84,26 +87,50 @@ def _save_state(self:Learner, path, tmp, position, async_save):
                      frozen_idx=getattr(self.opt, 'frozen_idx', 0), scaler=scaler.state_dict() if scaler else None,
                      recorder=recorder_state(self),
                      cbs=callback_states(self), position=position or {}, model_desc=model_desc(self.model),
-                     world_size=_world(self))
-        write_state_file(state, tmp/'state.pt')
+                     world_size=_world(self), manifest=True)
+        write_state_file(state, tmp/'state.pt', save=fs.save)
+    writer = ChecksumWriter(tmp, fs) # its last step, on the main process, writes the manifest
     with one_process_quiet():
         if async_save:
-            fut = dcp.async_save(tensors, checkpoint_id=tmp, process_group=async_group(), **dcp_kwargs())
+            fut = dcp.async_save(tensors, storage_writer=writer, process_group=async_group(), **dcp_kwargs())
             self._saving = (fut, tmp, path)
             return path
-        dcp.save(tensors, checkpoint_id=tmp, **dcp_kwargs())
+        dcp.save(tensors, storage_writer=writer, **dcp_kwargs())
     if self.is_main_process: _put_in_place(tmp, path)
     self.barrier()
     return path
+
+# %% ../nbs/14_state.ipynb #4812baac
+def _tell_unverified(path):
+    warn(f"Checkpoint {path} has no checksums (written by an older fastxtend_accel): read without verifying it")
+
+@patch
+def verify_state(self:Learner,
+    path:str|Path # Checkpoint folder written by `save_state`
+)->dict|None:
+    "`verify_checkpoint` by every process, each its share of the files: all raise the same error, or none does"
+    together = not dcp_kwargs()['no_dist'] # as DCP reads: every process of the group
+    part = (dist.get_rank(), dist.get_world_size()) if together else (0, 1)
+    try: files,err = verify_checkpoint(path, part),None
+    except Exception as e: files,err = None,e
+    if together:
+        errs = [None]*part[1]
+        dist.all_gather_object(errs, err)
+        err = next((e for e in errs if e is not None), None)
+    if err is not None: raise err
+    if files is None and self.is_main_process: _tell_unverified(path)
+    return files
 
 # %% ../nbs/14_state.ipynb #a92ab910
 @patch
 def load_state(self:Learner,
     path:str|Path, # Checkpoint folder written by `save_state`, on any number of processes
-    with_rng:bool=True # Restore random states too (`CheckpointCallback` does it at the right batch itself)
+    with_rng:bool=True, # Restore random states too (`CheckpointCallback` does it at the right batch itself)
+    verify:bool=True # Check its files against its checksums first (`verify_state`)
 )->dict:
     "Restore what `save_state` wrote to `path`, resharded over this run's processes; returns the saved position"
     path = Path(path)
+    if verify: self.verify_state(path)
     state = read_state_file(path/'state.pt')
     check_model(state['model_desc'], self.model, path)
     rank = _rank(self)
@@ -138,6 +165,7 @@ def checkpoint_to_weights(
 )->Path:
     "Write the model (and optimizer) of checkpoint `ckpt` as one file that `learn.load` reads, in any `Learner`"
     ckpt,fname = Path(ckpt),Path(fname)
+    if verify_checkpoint(ckpt) is None: _tell_unverified(ckpt)
     state = read_state_file(ckpt/'state.pt')
     md = {k: m for k,m in dcp_metadata(ckpt).items() if hasattr(m, 'size')} # the tensors
     tensors = dict(model={k[6:]: empty_tensor(m) for k,m in md.items() if k.startswith('model.')})

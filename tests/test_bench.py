@@ -1,6 +1,6 @@
 """Smoke runs of the benchmarks with tiny sizes: every section runs and prints its rows, timings are well-formed numbers, and
 each target's verdict is the one its printed ratio and limit give. Whether a target is met is read, never asserted."""
-import re, sys
+import json, re, sys
 from fastxtend_accel.test_utils import run_cmd
 from conftest import REPO
 
@@ -93,3 +93,19 @@ def test_bench_gpu_smoke():
         m = re.search(rf"^target: {re.escape(learner)} <= 1.03x the {re.escape(loop)}: ({NUM})x -> (met|NOT met)", out, re.M)
         assert m and cells(out, learner)[3] == f'{m[1]}x', out
         assert judged(float(m[1]), 1.03, m[2], met=('met', 'NOT met')), m[0]
+
+def test_bench_async_save_smoke(tmp_path):
+    "Checkpoint stalls and the checksums' cost: every fit's line, the side-by-side table, each verdict from its ratio"
+    out = bench('bench_async_save.py', tmp_path, '--width', 64, '--epochs', 1, '--fits', 1, '--repeats', 1)
+    fits = [json.loads(l) for l in out.splitlines() if l.startswith('{')]
+    assert sorted(f['mode'] for f in fits) == ['async', 'async-off', 'none', 'sync', 'sync-off']
+    assert all(f['checkpoints'] > 0 for f in fits if f['mode'] != 'none')
+    for label in ('sync save', 'async save returns', 'load, verified (CRC32C)', "fit's stall per sync checkpoint",
+                  "fit's stall per async checkpoint"):
+        row = cells(out, label) # ms, ms, ratio (the median of each round's: not the ratio of the two medians), ...
+        assert float(row[0]) > 0 and float(row[1]) > 0 and re.fullmatch(rf'{NUM}x', row[2]), (label, row)
+    speeds = re.search(r'^Checksum speeds over .*', out, re.M)
+    assert speeds and all(re.search(rf'\b{k} {NUM} GB/s', speeds[0]) for k in ('crc32c', 'crc32')), out
+    for m in re.finditer(rf'^target: .* <= ({NUM}): ({NUM})x -> (PASS|FAIL)$', out, re.M):
+        assert judged(float(m[2]), float(m[1]), m[3]), m[0]
+    assert len(re.findall(r'^target: ', out, re.M)) == 3

@@ -11,7 +11,7 @@ from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cm
 from conftest import SCRIPTS
 
 RESUME = SCRIPTS/'dcp_resume.py'
-DCP_FILES = ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
+DCP_FILES = ['.metadata', '__0_0.distcp', '__1_0.distcp', 'manifest.json', 'rng-0.pt', 'rng-1.pt', 'state.pt']
 
 def launch(n, out, *args):
     "Run dcp_resume.py on `n` processes (1: a plain process); its output"

@@ -23,7 +23,8 @@ def _preempt(d, sig, ready):
     ck = latest_checkpoint(d/'ckpt')
     assert not [p.name for p in (d/'ckpt').iterdir() if not p.name.startswith('ckpt-')] # no temporary folder left
     # each process wrote its part of the tensors (DCP) and its random states; the main process the rest
-    assert sorted(p.name for p in ck.iterdir()) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'rng-0.pt', 'rng-1.pt', 'state.pt']
+    assert sorted(p.name for p in ck.iterdir()) == ['.metadata', '__0_0.distcp', '__1_0.distcp', 'manifest.json', 'rng-0.pt',
+                                                   'rng-1.pt', 'state.pt']
     epoch,batch = int(ck.name[6:10]),int(ck.name[12:18])
     assert batch > 0 and all(e['seen'] in (None, [epoch, batch]) for e in ended) and any(e['seen'] for e in ended)
     workers = [p for e in ended for p in e['workers']]

@@ -30,7 +30,7 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$stam
   : > "$log"
   "$PY" -m venv "$VENV"
   pip --upgrade pip
-  pip -c .ci/constraints-xla.txt torch torch_xla torchvision fastai fastcore accelerate scikit-learn pytest
+  pip -c .ci/constraints-xla.txt torch torch_xla torchvision fastai fastcore accelerate google-crc32c scikit-learn pytest
   pip --no-deps -e "$REPO"
   printf '%s\n' "$stamp" > "$VENV/.pins"
   echo "xla_check: built in $((SECONDS-start)) s, $(du -sh "$VENV" | cut -f1)"

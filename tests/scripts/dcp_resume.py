@@ -7,7 +7,7 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.accelerator import local_main_first
-from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
+from fastxtend_accel.checkpoint import CheckpointCallback
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
@@ -46,13 +46,12 @@ class Marker(Callback):
 learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'history-{args.tag}.csv'))
 learn.accelerate(split_batches=True)
 acc = learn.accelerator
-resumed_from = latest_checkpoint(out/'ckpt')
 stop = [StopAt(*map(int, args.stop.split(',')))] if args.stop else [] # after `Marker`: same order, added after it
-learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save),
-                                  Marker(), *stop])
+cb = CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save)
+learn.fit_one_cycle(3, 1e-2, cbs=[cb, Marker(), *stop])
 learn.save(f'final-{args.tag}') # a single-file save: the global main process alone writes it
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values,
-                resumed_from=resumed_from and resumed_from.name, world=acc.num_processes, rank=acc.process_index,
+                resumed_from=cb.resumed_from and cb.resumed_from.name, world=acc.num_processes, rank=acc.process_index,
                 local_rank=acc.local_process_index, env_rank=int(os.environ.get('RANK', 0)), env_local_rank=int(os.environ.get('LOCAL_RANK', 0)),
                 node=int(node), is_main=learn.is_main_process, is_local_main=acc.is_local_main_process, prepared_first=first,
                 launch=os.environ.get('LAUNCH')),

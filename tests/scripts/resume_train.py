@@ -5,7 +5,7 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.test_utils import *
-import fastxtend_accel.codec as codec # the files of a checkpoint are written through it
+from fastxtend_accel.checksums import ChecksumFS # the files of a checkpoint are written through it
 from fastxtend_accel.checkpoint import CheckpointCallback
 
 p = argparse.ArgumentParser()
@@ -19,11 +19,11 @@ args = p.parse_args()
 out = Path(args.out)
 
 if args.slow_save:
-    save = codec.atomic_save
-    def slow(obj, fn):
+    save = ChecksumFS.save
+    def slow(self, obj, fn):
         if fn.name == 'state.pt' and '-e0001-' in str(fn.parent): time.sleep(30)
-        save(obj, fn)
-    codec.atomic_save = slow
+        save(self, obj, fn)
+    ChecksumFS.save = slow
 
 class Sleep(Callback):
     def after_batch(self): time.sleep(args.sleep)
