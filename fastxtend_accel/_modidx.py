@@ -453,6 +453,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.restore_step': ( 'patching.html#restore_step',
                                                                                      'fastxtend_accel/patching.py'),
+                                          'fastxtend_accel.patching.reuse_amp_forward': ( 'patching.html#reuse_amp_forward',
+                                                                                          'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.set_accelerate_state': ( 'patching.html#set_accelerate_state',
                                                                                              'fastxtend_accel/patching.py'),
                                           'fastxtend_accel.patching.set_compiled_call': ( 'patching.html#set_compiled_call',

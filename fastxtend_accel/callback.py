@@ -70,6 +70,7 @@ class AcceleratorCallback(Callback):
     sync = True # This training batch ends its accumulation group: the optimizer steps (read by `CheckpointCallback`)
     in_loop = False # A fit's own training or validation loop is running (not a callback's own batch)
     shared_eval = False # An evaluation outside a fit is shared between the processes (`Learner.distributed_eval`)
+    amp_forward = None # Accelerate's mixed-precision wrapper of the model's `forward`, the same at every fit
     # Accelerate's `split_batches` default is a bare `object()`: the parameter is this callback's own
     @delegates(Accelerator, but=['device_placement', 'split_batches'])
     def __init__(self,
@@ -95,13 +96,11 @@ class AcceleratorCallback(Callback):
         if sync_bn and self.accelerator.device.type == 'cpu':
             raise ValueError("`sync_bn=True` needs CUDA: `nn.SyncBatchNorm` does not run on CPU (leave it False).")
         self.sync_bn,self.n_acc,self.group = sync_bn,self.accelerator.gradient_accumulation_steps,1
-        self.smooth_loss_every_batch = smooth_loss_every_batch
+        self.smooth_loss_every_batch,self.plain_step = smooth_loss_every_batch,self.accelerator.scaler is None
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
-        self.plain_step = self.accelerator.scaler is None
         self.xla,self.home = is_xla(self.accelerator),None # On an XLA device; where the model was before the fit
         if self.xla: check_xla(self.accelerator)
-        self._no_sync,self.depth,self.old_loaders = ExitStack(),0,None
-        self.fit_starting = False
+        self._no_sync,self.depth,self.old_loaders,self.fit_starting = ExitStack(),0,None,False
         self.set_distributed(self.accelerator.num_processes > 1)
 
     def set_distributed(self,
@@ -169,8 +168,7 @@ def before_fit(self:AcceleratorCallback):
     self.depth += 1
     if self.depth > 1: return # `validate`/`get_preds` called inside a fit: already prepared
     self._check_callbacks()
-    acc,learn,is_fit = self.accelerator,self.learn,self.fit_starting
-    self.fit_starting = False
+    acc,learn,is_fit,self.fit_starting = self.accelerator,self.learn,self.fit_starting,False
     # a sharded model runs on every process together
     self.set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp))
     # undo what an interrupted fit left; prepared afresh, in mixed precision again too
@@ -178,7 +176,10 @@ def before_fit(self:AcceleratorCallback):
     if self.xla: self.home = enter_xla(learn, model, acc.device)
     if self.sync_bn and self.distributed: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if self.fsdp: learn.model = prepare_fsdp(acc, model, learn.opt)
-    else: learn.model = acc.prepare_model(model, evaluation_mode=not self.distributed)
+    else: # the same autocast wrapper at each fit (compiled code's guards hold on to it), the state where the model is
+        learn.model = acc.prepare_model(model, evaluation_mode=not self.distributed)
+        self.amp_forward = reuse_amp_forward(model, self.amp_forward)
+        if not self.xla and learn.opt is not None: place_state(learn.opt) # loaded (`load_state`) before the model moved
     self.acc_opt = None if learn.opt is None or not is_fit else acc.prepare_optimizer(learn.opt, device_placement=False)
     self.old_loaders = [ShardedDL.unsharded(dl) for dl in learn.dls.loaders] # and after an interrupted fit
     learn.dls.loaders = [self._shard(dl) for dl in self.old_loaders]
@@ -203,9 +204,8 @@ def _restore(self:AcceleratorCallback):
     self._no_sync.close()
     learn.model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False)
     if self.fsdp: reshard(learn.model) # an evaluation leaves the root module's full parameters allocated
-    learn.dls.loaders,learn.logger,self.old_loaders = self.old_loaders,self.old_logger,None
+    learn.dls.loaders,learn.logger,self.old_loaders,self.acc_opt = self.old_loaders,self.old_logger,None,None
     if learn.opt is not None: restore_step(learn.opt) # `AcceleratedOptimizer` replaces it when it has a scaler
-    self.acc_opt = None
     release_prepared(acc) # Accelerate's references to the wrapped model and optimizer, without its garbage collection
     self.set_distributed(acc.num_processes > 1)
 

@@ -32,7 +32,7 @@ def _crc32c(data, value=0):
 
 checksum_algos = dict(crc32=zlib.crc32) # name -> `f(data, value)`: the checksum of `data` after `value`
 if google_crc32c is not None: checksum_algos['crc32c'] = _crc32c
-_piece = 1<<22 # `google-crc32c` holds Python's lock while it computes: a background save lets training run between pieces
+_piece = 1<<22 # `google-crc32c` holds Python's lock while it computes: a background save trains between pieces
 defaults.checkpoint_checksum = 'crc32c' if getattr(google_crc32c, 'implementation', None) == 'c' else 'crc32'
 
 class Checksum:

@@ -18,9 +18,10 @@ from accelerate.state import AcceleratorState, PartialState
 # %% auto #0
 __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
            'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
-           'forget_prepared', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics',
-           'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled',
-           'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata', 'set_module_tensor']
+           'forget_prepared', 'reuse_amp_forward', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init',
+           'recorder_metrics', 'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward',
+           'unwrap_torch_compiled', 'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata',
+           'set_module_tensor']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -110,6 +111,14 @@ def forget_prepared(model # A model Accelerate prepared earlier, unwrapped since
     "Have Accelerate's next `prepare_model` prepare `model` again (mixed precision, DDP), not return it as it is"
     vars(model).pop('_is_accelerate_prepared', None) # Accelerate's mark against wrapping twice, not public
     return model
+
+def reuse_amp_forward(model, # A module `prepare_model` just prepared (the module itself, not its DDP wrapper)
+                      earlier=None # What this returned at an earlier fit of the same accelerator, if any
+                     ):
+    "`model.forward` as Accelerate's mixed precision wrapped it, `earlier`'s wrapper put back; None without one"
+    if '_original_forward' not in vars(model): return None # Accelerate's note of a wrapped forward, not public
+    if getattr(earlier, '__self__', None) is model: model.forward = earlier # the same function, the same autocast
+    return model.forward
 
 # %% ../nbs/01_patching.ipynb #f4394793
 def epoch_order(dl # A fastai `DataLoader`

@@ -50,6 +50,19 @@ def test_at_most_two_recompiles_per_fit(drop_last):
     fit(learn)
     assert graphs() == n, "a second fit recompiled"
 
+@pytest.mark.bf16
+@pytest.mark.parametrize('precision', ['no', 'bf16'])
+def test_accelerated_fits_compile_once(precision):
+    "Each fit prepares the model again, and with mixed precision Accelerate wraps its forward again: no new graphs"
+    learn = digits(n=500, bs=64).accelerate(mixed_precision=precision).compile(backend='aot_eager')
+    per_fit = []
+    for _ in range(3):
+        n = graphs()
+        fit(learn)
+        per_fit.append(graphs()-n)
+    # training, then validation under no_grad; later fits reuse both (with a new wrapper each fit: [2, 2, 2])
+    assert per_fit == [2, 0, 0], per_fit
+
 def test_recompile_flag_compiles_afresh():
     learn = fit(digits(n=256).compile(backend='aot_eager'))
     first,n = learn.model._compiled_call_impl,graphs()

@@ -5,9 +5,11 @@ after `from fastai.vision.all import *`.
     python tests/scripts/vision_check.py            # tools/gpu_check.sh runs it where CUDA is available
 
 fastai users report that importing fastai initialises CUDA, after which `notebook_launcher` can't fork its processes. So
-the import comes first, as in a notebook, and the loaders are built before the launch; then come the checks a multi-GPU
-`notebook_launcher` makes before it forks (no Accelerate state yet, CUDA not initialised), two forked processes that use
-the GPU, and the training itself through `notebook_launcher` (one process: NCCL can't share one GPU between two).
+the import comes first, as in a notebook; then come the checks a multi-GPU `notebook_launcher` makes before it forks (no
+Accelerate state yet, CUDA not initialised) and two forked processes that use the GPU. Building fastai's loaders does
+initialise CUDA (fastai's `default_device()` asks `torch.cuda.current_device()`): in a notebook they are built inside the
+function handed to `notebook_launcher`, as Accelerate's documentation says, and this check records that it still holds.
+Last, the training itself through `notebook_launcher` (one process: NCCL can't share one GPU between two).
 Exits non-zero, naming the check, if one fails.
 """
 import argparse, tempfile, time
@@ -75,8 +77,7 @@ def main():
     p.add_argument('--min-accuracy', type=float, default=0.9, help='validation accuracy `fine_tune` must reach')
     args = p.parse_args()
     res,path = {},make_images(Path(tempfile.mkdtemp())/'colours', args.n)
-    image_dls(path) # built before the launch, as in a notebook
-    res['CUDA initialised'] = f'by the import: {cuda_after_import}; after building the loaders: {torch.cuda.is_initialized()}'
+    res['CUDA initialised by the import'] = str(cuda_after_import)
     state = accelerate_state('_mixed_precision', partial=False), accelerate_state('num_processes', partial=True)
     res['Accelerate state before the launch'] = 'none' if state == (None, None) else str(state)
     if torch.cuda.is_available():
@@ -84,6 +85,8 @@ def main():
             mp.start_processes(use_gpu, nprocs=2, start_method='fork')
             res['2 forked processes'] = 'used the GPU'
         except Exception as e: res['2 forked processes'] = f'FAILED: {str(e).strip().splitlines()[-1]}'
+    image_dls(path)
+    res['CUDA initialised by building the loaders (fastai)'] = str(torch.cuda.is_initialized())
     notebook_launcher(train, args=(path, args, res), num_processes=1)
     print('\nvision check:')
     for k,v in res.items(): print(f'  {k}: {v}')
