@@ -26,7 +26,7 @@ WHEELS=${GPU_CHECK_WHEELS:-wheels}
 # the pure-Python distributions a bare CUDA image lacks (it has torch, torchvision, accelerate, numpy, pandas, scikit-learn,
 # matplotlib, pillow, pytest, rich, anyio, pyyaml, ...): fastai's stack, and nbdev-test's (execnb runs notebooks in IPython)
 DISTS="fastai fastcore fastprogress fastdownload fasttransform plum-dispatch beartype python-fasthtml starlette python-multipart
-itsdangerous nbdev execnb asttokens astunparse ipython ipython-pygments-lexers traitlets matplotlib-inline stack-data executing pure-eval"
+itsdangerous google-crc32c nbdev execnb asttokens astunparse ipython ipython-pygments-lexers traitlets matplotlib-inline stack-data executing pure-eval"
 
 if [ "${1:-}" = "--download-wheels" ]; then
   PY=${PYTHON:-.venv/bin/python}
