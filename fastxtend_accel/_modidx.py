@@ -289,6 +289,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                  'fastxtend_accel/dynamo.py'),
                                         'fastxtend_accel.dynamo._blocks': ('dynamo.html#_blocks', 'fastxtend_accel/dynamo.py'),
                                         'fastxtend_accel.dynamo._check_torch': ('dynamo.html#_check_torch', 'fastxtend_accel/dynamo.py'),
+                                        'fastxtend_accel.dynamo._cloned_outputs': ( 'dynamo.html#_cloned_outputs',
+                                                                                    'fastxtend_accel/dynamo.py'),
                                         'fastxtend_accel.dynamo._dynamo_call': ('dynamo.html#_dynamo_call', 'fastxtend_accel/dynamo.py'),
                                         'fastxtend_accel.dynamo._dynamo_forward': ( 'dynamo.html#_dynamo_forward',
                                                                                     'fastxtend_accel/dynamo.py'),

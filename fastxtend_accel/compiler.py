@@ -133,13 +133,11 @@ def after_fit(self:CompilerCallback):
     if self.verbose and self.compiling: print(f"Graphs captured during this fit: {compiled_graphs()-self.graphs}")
 
 # %% ../nbs/09a_compiler.ipynb #eadd3bbb
-_cudagraph_modes = ('reduce-overhead', 'max-autotune') # modes that replay CUDA graphs
-
 @patch
 def before_batch(self:CompilerCallback):
     learn = self.learn
     # a new step: the graphs may reuse the memory of the last batch's outputs, which fastai no longer reads
-    if self.compiling and self.mode in _cudagraph_modes and torch.cuda.is_available():
+    if self.compiling and self.mode in cudagraph_modes and torch.cuda.is_available():
         torch.compiler.cudagraph_mark_step_begin()
     if not self.compiling or self.dynamic is not None or (learn.training and getattr(learn.dl, 'drop_last', False)):
         return

@@ -14,8 +14,9 @@
 #
 # Stages, in this order: tests, lessons, vision, bench; $GPU_CHECK_STAGES picks some (e.g. "vision bench"), to split a
 # run over calls of limited length. The results file is rewritten after each stage, each stage's log is kept beside it.
-# The lessons stage runs the notebooks that hold a `#| cuda` cell, with --flags "cuda multiproc" (all of them where
-# GPU_CHECK_ALL_LESSONS=1).
+# The lessons stage runs the notebooks that hold a `#| cuda` cell, with --flags cuda (all of them where
+# GPU_CHECK_ALL_LESSONS=1): the `#| multiproc` lessons fork CPU processes, which CUDA forbids once the notebook used it,
+# and run in CI.
 #
 # Without CUDA: runs the CPU parts (the GPU tests are collected and skip with their reason; the benchmark runs its smoke
 # mode), says which CUDA stages were skipped and why, and exits 0 if those parts pass. With CUDA: exits 1 if a stage failed.
@@ -118,10 +119,10 @@ for stage in ${GPU_CHECK_STAGES:-tests lessons vision bench}; do
     else run_stage tests '^SKIPPED|passed|skipped|failed|error' "$PY" -m pytest -m gpu -rs -q -p no:cacheprovider tests/test_gpu.py; fi ;;
   lessons)
     if [ -n "$NO_CUDA" ]; then skip_stage lessons "the \`#| cuda\` lessons need CUDA ($NO_CUDA); the other lessons run in CI: \`bash tools/test.sh\`"
-    elif [ "${GPU_CHECK_ALL_LESSONS:-0}" = 1 ]; then run_stage lessons '' nbdev_test --flags "cuda multiproc" --timing
+    elif [ "${GPU_CHECK_ALL_LESSONS:-0}" = 1 ]; then run_stage lessons '' nbdev_test --flags cuda --timing
     else
       nbs=$(grep -l '"#| cuda' nbs/*.ipynb | xargs -n1 basename | sed 's/\.ipynb$//' | paste -sd'|')
-      run_stage lessons '' nbdev_test --flags "cuda multiproc" --timing --file-re "^($nbs)\.ipynb\$"
+      run_stage lessons '' nbdev_test --flags cuda --timing --file-re "^($nbs)\.ipynb\$"
     fi ;;
   vision)
     if [ -n "$NO_CUDA" ]; then skip_stage vision "needs CUDA ($NO_CUDA): it checks \`notebook_launcher\` and forked processes against CUDA's initialisation (and fastai.vision does not import with a CPU-only torchvision build)"

@@ -19,6 +19,7 @@ import torch
 import torch.multiprocessing as mp
 from PIL import Image
 from accelerate import notebook_launcher
+from accelerate.utils import patch_environment
 from fastxtend_accel.patching import compiled_graphs, clear_compiled_graphs
 from fastxtend_accel.all import *
 from fastxtend_accel.patching import accelerate_state
@@ -80,7 +81,9 @@ def main():
     res['CUDA initialised by the import'] = str(cuda_after_import)
     state = accelerate_state('_mixed_precision', partial=False), accelerate_state('num_processes', partial=True)
     res['Accelerate state before the launch'] = 'none' if state == (None, None) else str(state)
-    if torch.cuda.is_available():
+    # torch's own `is_available` would poison forking (it asks the driver); Accelerate asks NVML, as here
+    with patch_environment(PYTORCH_NVML_BASED_CUDA_CHECK='1'): has_cuda = torch.cuda.is_available()
+    if has_cuda:
         try:
             mp.start_processes(use_gpu, nprocs=2, start_method='fork')
             res['2 forked processes'] = 'used the GPU'
