@@ -98,9 +98,21 @@ Learner.compile_frozen = True
 def _frozen(learn): return learn.opt is not None and learn.opt.frozen_idx > 0
 
 # %% ../nbs/09a_compiler.ipynb #d5f8e90e
+_cudagraph_modes = ('reduce-overhead', 'max-autotune') # the modes that replay CUDA graphs
+
+def _device(learn):
+    "Where the fit runs: the accelerator's device, else fastai's (the loaders')"
+    if learn.accelerator is not None: return learn.accelerator.device
+    return torch.device(getattr(learn.dls, 'device', None) or default_device())
+
 @patch
 def before_fit(self:CompilerCallback):
     learn = self.learn
+    if self.mode in _cudagraph_modes and _device(learn).type == 'cuda':
+        raise ValueError(f"mode={self.mode!r} replays CUDA graphs, which fastai's loop can't train with yet (torch "
+                         "refuses its backward pass: 'accessing tensor output of CUDAGraphs that has been overwritten "
+                         "by a subsequent run'): use mode='max-autotune-no-cudagraphs' (inductor's tuned kernels "
+                         "without CUDA graphs), or leave `mode` unset.")
     self.old_precision,self.graphs,self.compiling = torch.get_float32_matmul_precision(),compiled_graphs(),False
     if unwrap_torch_compiled(learn.model) is not learn.model: learn.model = inner_model(learn.model)
     model = inner_model(learn.model)
@@ -136,9 +148,6 @@ def after_fit(self:CompilerCallback):
 @patch
 def before_batch(self:CompilerCallback):
     learn = self.learn
-    # a new step: the graphs may reuse the memory of the last batch's outputs, which fastai no longer reads
-    if self.compiling and self.mode in cudagraph_modes and torch.cuda.is_available():
-        torch.compiler.cudagraph_mark_step_begin()
     if not self.compiling or self.dynamic is not None or (learn.training and getattr(learn.dl, 'drop_last', False)):
         return
     for x in learn.xb:

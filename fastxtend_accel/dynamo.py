@@ -17,7 +17,7 @@ from .patching import (compiled_call, set_compiled_call, call_module, CompiledFo
 from .callback import AcceleratorCallback
 
 # %% auto #0
-__all__ = ['cudagraph_modes', 'compile_model', 'uncompile_model', 'is_compiled', 'inner_model', 'DynamoExplainCallback']
+__all__ = ['compile_model', 'uncompile_model', 'is_compiled', 'inner_model', 'DynamoExplainCallback']
 
 # %% ../nbs/09_dynamo.ipynb #ed08c968
 _min_torch = '2.2'
@@ -55,13 +55,6 @@ def _blocks(model):
         return list(model)
     return [b for o in model.children() for b in _blocks(o)]
 
-cudagraph_modes = ('reduce-overhead', 'max-autotune') # the modes that replay CUDA graphs
-
-def _cloned_outputs(fn):
-    "`fn`, its tensors cloned: a CUDA graph's outputs live in memory its next replay overwrites, and fastai reads later"
-    def call(*args, **kwargs): return apply(lambda o: o.clone() if isinstance(o, Tensor) else o, fn(*args, **kwargs))
-    return call
-
 def compile_model(model:nn.Module, # The module to compile; it keeps its class, children and state-dict keys
                   # Compile each block of `model`'s repeated `nn.ModuleList` blocks instead of the whole model
                   regional:bool=False,
@@ -75,7 +68,6 @@ def compile_model(model:nn.Module, # The module to compile; it keeps its class, 
     if not mods: raise ValueError("`regional=True` compiles the blocks of an `nn.ModuleList` of same-class modules, "
                                   f"and {type(model).__name__} has none: use `regional=False`")
     fn = torch.compile(_dynamo_call() if hooks else _dynamo_forward(), **kwargs)
-    if kwargs.get('mode') in cudagraph_modes: fn = _cloned_outputs(fn)
     for m in mods:
         if hooks: set_compiled_call(m, partial(fn, m))
         else: m.forward = CompiledForward(fn, m)

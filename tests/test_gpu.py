@@ -114,7 +114,7 @@ def test_fastai_to_fp16_on_top_stops_with_the_fix(precision):
 def close(a, b, atol): return torch.allclose(torch.tensor(a), torch.tensor(b), atol=atol)
 
 @gpu
-@pytest.mark.parametrize('mode', ['default', 'reduce-overhead'])
+@pytest.mark.parametrize('mode', ['default', 'max-autotune-no-cudagraphs'])
 def test_inductor_on_cuda(mode):
     "Two fits: at most 2 recompiles in the first (the switch to no_grad, the ragged batch), none in the second; results as eager's"
     eager = digits().accelerate()
@@ -135,6 +135,17 @@ def test_inductor_on_cuda(mode):
     eager_preds,eager_targs = eager.get_preds()
     assert torch.equal(targs, eager_targs) and torch.allclose(preds, eager_preds, atol=2e-3)
     assert graphs() == counts[1], "get_preds recompiled"
+
+@gpu
+@pytest.mark.parametrize('mode', ['reduce-overhead', 'max-autotune'])
+def test_cuda_graph_modes_refused(mode):
+    "The modes that replay CUDA graphs are refused before anything is compiled, naming the mode that works"
+    learn = digits().accelerate().compile(mode=mode)
+    w = weights(learn.model)
+    with pytest.raises(ValueError, match="use mode='max-autotune-no-cudagraphs'"): fit(learn)
+    assert not is_compiled(learn.model) and all(torch.equal(a, b) for a,b in zip(weights(learn.model), w))
+    fit(learn.compile(mode='max-autotune-no-cudagraphs'))
+    assert is_compiled(learn.model)
 
 @gpu
 def test_compile_with_bf16():
