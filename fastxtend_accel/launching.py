@@ -11,7 +11,7 @@ import torch
 
 # %% auto #0
 __all__ = ['free_port', 'torchrun_cmd', 'accelerate_launch_cmd', 'run_cmd', 'start_cmd', 'run_ranks', 'wait_for', 'kill_group',
-           'signal_proc']
+           'signal_proc', 'flip_bytes']
 
 # %% ../nbs/00_launching.ipynb #8a64e92d
 def free_port()->int:
@@ -105,3 +105,14 @@ def signal_proc(proc:subprocess.Popen, # A process started by `start_cmd`
     "Send `sig` to `proc` alone (as a scheduler does to a launcher) and wait for it to end; returns its exit code"
     proc.send_signal(sig)
     return proc.wait(timeout)
+
+# %% ../nbs/00_launching.ipynb #bcd95253
+def flip_bytes(fn:Path, # The file to damage
+               at:float=0.5, # Where, as a fraction of its length
+               n:int=4 # How many bytes to invert
+              )->bytes:
+    "Invert `n` bytes of file `fn` at fraction `at` of its length; returns its bytes as they were"
+    data = Path(fn).read_bytes()
+    i = min(int(len(data)*at), len(data)-n)
+    Path(fn).write_bytes(data[:i] + bytes(b ^ 0xff for b in data[i:i+n]) + data[i+n:])
+    return data

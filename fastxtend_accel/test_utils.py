@@ -15,14 +15,14 @@ from fastai.text.all import *
 from .launching import *
 # for tests and scripts: one import
 _all_ = ['accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd', 'run_ranks', 'signal_proc', 'start_cmd',
-         'torchrun_cmd', 'wait_for']
+         'torchrun_cmd', 'wait_for', 'flip_bytes']
 
 # %% auto #0
 __all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_regression_learner',
            'synth_tabular_df', 'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs',
            'synth_text_learner', 'synth_lm_learner', 'digits_images', 'synth_image_learner', 'Chatty', 'Block',
-           'BlockNet', 'StopAt', 'flip_bytes', 'accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd',
-           'run_ranks', 'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for']
+           'BlockNet', 'StopAt', 'accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd', 'run_ranks',
+           'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for', 'flip_bytes']
 
 # %% ../nbs/00a_test_utils.ipynb #aeca2da4
 def tiny_mlp(n_in:int=64, # Input features
@@ -292,14 +292,3 @@ class StopAt(Callback):
         if self.training and self.iter == self.at_iter and self._here(): raise CancelFitException()
     def after_train(self):
         if self.at_iter is None and self._here(): raise CancelFitException()
-
-# %% ../nbs/00a_test_utils.ipynb #bcd95253
-def flip_bytes(fn:Path, # The file to damage
-               at:float=0.5, # Where, as a fraction of its length
-               n:int=4 # How many bytes to invert
-              )->bytes:
-    "Invert `n` bytes of file `fn` at fraction `at` of its length; returns its bytes as they were"
-    data = Path(fn).read_bytes()
-    i = min(int(len(data)*at), len(data)-n)
-    Path(fn).write_bytes(data[:i] + bytes(b ^ 0xff for b in data[i:i+n]) + data[i+n:])
-    return data
