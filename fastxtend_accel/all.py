@@ -8,6 +8,7 @@ from .codec import *
 from .rng import *
 from .fields import *
 from .dcp_io import *
+from .checksums import *
 from .state import *
 from .resume import *
 from .checkpoint import *

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13a_checksums.ipynb #f30e200d
 from __future__ import annotations
-import json, sys, zlib
+import json, os, sys, zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,7 +59,13 @@ class Checksum:
         return {'size': self.size, self.algo: f'{self.value:08x}'}
 
 # %% ../nbs/13a_checksums.ipynb #439998f0
-_checksummer = ThreadPoolExecutor(1, thread_name_prefix='checksum') # checksums large pieces while they are written
+_checksummers = {} # process id -> the thread checksumming large pieces while they are written
+
+def _checksummer():
+    "This process's checksum thread: a process forked after a save (`notebook_launcher`) can't use its parent's"
+    if (pid := os.getpid()) not in _checksummers:
+        _checksummers[pid] = ThreadPoolExecutor(1, thread_name_prefix='checksum')
+    return _checksummers[pid]
 
 class ChecksumStream:
     "A binary stream open for writing, whose `checksum` follows the bytes written through it"
@@ -76,7 +82,7 @@ class ChecksumStream:
         if len(data) < _piece:
             self.checksum.update(data)
             return self.f.write(data)
-        done = _checksummer.submit(self.checksum.update, data)
+        done = _checksummer().submit(self.checksum.update, data)
         try: return self.f.write(data)
         finally: done.result()
 
@@ -167,12 +173,13 @@ def read_manifest(path:Path # A checkpoint folder
     if not fn.exists(): return None
     try:
         m = json.loads(fn.read_bytes())
-        algo = next(k for k in m['checksum'] if k != 'size')
-    except Exception: m,algo = None,None
-    if algo is not None: Checksum(algo) # a checksum this machine can't compute: say which, and how to get it
-    whole = m is not None and m['checksum'] == _entries_checksum(m['files'], algo)
+        files,algo = m['files'],next(k for k in m['checksum'] if k != 'size')
+    except Exception: files,algo = None,None
+    if algo == 'crc32c': Checksum(algo) # written with CRC32C, and `google-crc32c` isn't here: say what to install
+    try: whole = files is not None and m['checksum'] == _entries_checksum(files, algo)
+    except Exception: whole = False
     if not whole: raise ValueError(f"Checkpoint file {fn} is corrupt: its entries don't match their checksum")
-    return m['files']
+    return files
 
 def _check_file(fn, entry, bs=1<<23):
     "Raise a `ValueError` if file `fn` is missing, or differs from manifest `entry`"

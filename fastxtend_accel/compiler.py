@@ -101,9 +101,10 @@ def _frozen(learn): return learn.opt is not None and learn.opt.frozen_idx > 0
 _cudagraph_modes = ('reduce-overhead', 'max-autotune') # the modes that replay CUDA graphs
 
 def _device(learn):
-    "Where the fit runs: the accelerator's device, else fastai's (the loaders')"
+    "Where the fit runs: the accelerator's device, else where fastai's `TrainEvalCallback` puts the model"
     if learn.accelerator is not None: return learn.accelerator.device
-    return torch.device(getattr(learn.dls, 'device', None) or default_device())
+    dev = getattr(learn.dls, 'device', default_device()) # None: the model stays where it is
+    return torch.device(dev) if dev is not None else next(learn.model.parameters(), torch.empty(0)).device
 
 @patch
 def before_fit(self:CompilerCallback):

@@ -112,12 +112,18 @@ def forget_prepared(model # A model Accelerate prepared earlier, unwrapped since
     vars(model).pop('_is_accelerate_prepared', None) # Accelerate's mark against wrapping twice, not public
     return model
 
+def _innermost(f):
+    "The function under `f`'s wrappers (`functools.wraps` ones) and its binding"
+    while hasattr(f, '__wrapped__'): f = f.__wrapped__
+    return getattr(f, '__func__', f)
+
 def reuse_amp_forward(model, # A module `prepare_model` just prepared (the module itself, not its DDP wrapper)
                       earlier=None # What this returned at an earlier fit of the same accelerator, if any
                      ):
     "`model.forward` as Accelerate's mixed precision wrapped it, `earlier`'s wrapper put back; None without one"
     if '_original_forward' not in vars(model): return None # Accelerate's note of a wrapped forward, not public
-    if getattr(earlier, '__self__', None) is model: model.forward = earlier # the same function, the same autocast
+    same = _innermost(earlier) is _innermost(vars(model)['_original_forward']) # not if `forward` was replaced since
+    if getattr(earlier, '__self__', None) is model and same: model.forward = earlier # the same autocast, the same function
     return model.forward
 
 # %% ../nbs/01_patching.ipynb #f4394793

@@ -58,8 +58,10 @@ def model_device(model:nn.Module # Any module
 def place_state(opt # A fastai `Optimizer` or `OptimWrapper`
                ):
     "Put `opt`'s state on its parameters' devices, as torch places a torch optimizer's (its `step` counts on the CPU)"
-    if isinstance(opt, OptimWrapper):
-        opt.opt.load_state_dict(opt.opt.state_dict()) # torch's own placement
+    if isinstance(opt, OptimWrapper): # torch's own placement where a tensor is elsewhere (`step` counts stay on the CPU)
+        st = opt.opt.state
+        if any(isinstance(v, Tensor) and k != 'step' and v.device != p.device for p in st for k,v in st[p].items()):
+            opt.opt.load_state_dict(opt.opt.state_dict())
         return
     for p,st in opt.state.items():
         for k,v in st.items():
