@@ -23,8 +23,8 @@ from .patching import (kept, accelerate_state, set_accelerate_state, reset_accel
 
 # %% auto #0
 __all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'meta_copy',
-           'meta_skeleton', 'shard_like', 'shard_state', 'opt_states', 'move_opt', 'opt_params', 'prepare_fsdp',
-           'forward_refused']
+           'meta_skeleton', 'shard_like', 'shard_state', 'opt_states', 'move_opt', 'opt_params', 'place_state',
+           'prepare_fsdp', 'forward_refused']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
 # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
@@ -225,6 +225,19 @@ def opt_params(opt # A fastai `Optimizer` or `OptimWrapper`
               )->list:
     "The parameters `opt` steps, group after group"
     return [p for pl in opt.param_lists for p in pl]
+
+# %% ../nbs/06_fsdp.ipynb #a8c4e2f1
+def place_state(opt # A fastai `Optimizer` or `OptimWrapper`
+               ):
+    "Put `opt`'s state on its parameters' devices, as torch places a torch optimizer's (its `step` counts on the CPU)"
+    if isinstance(opt, OptimWrapper): # torch's own placement where a tensor is elsewhere (`step` counts stay on the CPU)
+        st = opt.opt.state
+        if any(isinstance(v, Tensor) and k != 'step' and v.device != p.device for p in st for k,v in st[p].items()):
+            opt.opt.load_state_dict(opt.opt.state_dict())
+        return
+    for p,st in opt.state.items():
+        for k,v in st.items():
+            if isinstance(v, Tensor) and v.device != p.device: st[k] = v.to(p.device)
 
 # %% ../nbs/06_fsdp.ipynb #b61afc7a
 def _track(acc, model):

@@ -17,7 +17,7 @@ from .rng import *
 from .fields import *
 from .dcp_io import *
 from .checksums import *
-from .xla import place_state
+from .fsdp import place_state
 
 # %% auto #0
 __all__ = ['checkpoint_to_weights']

@@ -11,11 +11,11 @@ from fastai.basics import *
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, is_torch_xla_available
 from .patching import set_module_tensor
-from .fsdp import move_opt, opt_params
+from .fsdp import move_opt, opt_params, place_state
 
 # %% auto #0
-__all__ = ['is_xla', 'xla_sync', 'xla_compilations', 'xla_rng_state', 'set_xla_rng_state', 'model_device', 'place_state',
-           'move_model', 'check_xla', 'enter_xla', 'leave_xla']
+__all__ = ['is_xla', 'xla_sync', 'xla_compilations', 'xla_rng_state', 'set_xla_rng_state', 'model_device', 'move_model',
+           'check_xla', 'enter_xla', 'leave_xla']
 
 # %% ../nbs/06b_xla.ipynb #0f475082
 _has_xla = is_torch_xla_available() # what Accelerate sets up `DistributedType.XLA` by
@@ -54,18 +54,6 @@ def model_device(model:nn.Module # Any module
     "The device of `model`'s first parameter or buffer, None if it has none"
     t = next(chain(model.parameters(), model.buffers()), None)
     return None if t is None else t.device
-
-def place_state(opt # A fastai `Optimizer` or `OptimWrapper`
-               ):
-    "Put `opt`'s state on its parameters' devices, as torch places a torch optimizer's (its `step` counts on the CPU)"
-    if isinstance(opt, OptimWrapper): # torch's own placement where a tensor is elsewhere (`step` counts stay on the CPU)
-        st = opt.opt.state
-        if any(isinstance(v, Tensor) and k != 'step' and v.device != p.device for p in st for k,v in st[p].items()):
-            opt.opt.load_state_dict(opt.opt.state_dict())
-        return
-    for p,st in opt.state.items():
-        for k,v in st.items():
-            if isinstance(v, Tensor) and v.device != p.device: st[k] = v.to(p.device)
 
 def move_model(model:nn.Module, # The module to move
                device, # Where to
