@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_checkpoint.ipynb #d1bdbfb5
 from __future__ import annotations
-import re, shutil, signal, threading
+import re, signal, threading
 from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
@@ -15,6 +15,8 @@ from .data import ShardedDL
 from .collectives import *
 from .rng import train_loader
 from .codec import read_state_file
+from .stores import *
+from .checksums import manifest_name
 from .state import *
 from .resume import *
 
@@ -24,13 +26,24 @@ __all__ = ['latest_checkpoint', 'CheckpointCallback']
 # %% ../nbs/16_checkpoint.ipynb #6a3672ea
 _ckpt_re = re.compile(r'^ckpt-e(\d+)-b(\d+)-f(\d+)$')
 
+def _written(p):
+    "Whether checkpoint folder `p` is whole: locally always (renamed once whole), in a store once its manifest is"
+    return isinstance(p, Path) or (p/manifest_name).exists()
+
 def _checkpoints(path):
     "Checkpoint folders in `path`, oldest first"
-    found = [((int(m[3]), int(m[1]), int(m[2])), p) for p in Path(path).glob('ckpt-*') if (m := _ckpt_re.match(p.name))]
-    return [p for _,p in sorted(found)]
+    found = [((int(m[3]), int(m[1]), int(m[2])), p) for p in as_path(path).glob('ckpt-*')
+             if (m := _ckpt_re.match(p.name))]
+    return [p for _,p in sorted(found, key=lambda o: o[0]) if _written(p)]
 
-def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to
-                     )->Path|None:
+def _leftovers(path):
+    "What a kill or a failed write left in `path`: local `.tmp-` folders, a store's checkpoints without their manifest"
+    path = as_path(path)
+    if isinstance(path, Path): return list(path.glob('.tmp-ckpt-*'))
+    return [p for p in path.glob('ckpt-*') if _ckpt_re.match(p.name) and not _written(p)]
+
+def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to, or a store's URL
+                     )->Path|StorePath|None:
     "The newest complete checkpoint folder in `path`, or None"
     done = [p for p in _checkpoints(path) if (p/'state.pt').exists()]
     return done[-1] if done else None
@@ -42,7 +55,7 @@ class CheckpointCallback(Callback):
     # epoch start before it is skipped
     order = ProgressCallback.order+10
     def __init__(self,
-        path:str|Path='checkpoints', # Folder for the checkpoints
+        path:str|Path='checkpoints', # Folder for the checkpoints, or a store's URL (`s3://bucket/run`)
         every_steps:int|None=None, # Checkpoint every this many optimizer steps
         every_epochs:int|None=1, # Checkpoint at the end of every this many epochs
         keep:int=2, # Number of checkpoints to keep (the newest)
@@ -56,7 +69,7 @@ class CheckpointCallback(Callback):
                 raise ValueError(f"`{k}` must be a whole number >= 1 or None, got {v!r}")
         if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
         store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
-        self.path,self.n_fit,self.resumption,self.fit_token = Path(path),-1,None,None
+        self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
         self.nested,self.old_handlers,self.quieted = 0,{},[]
 
@@ -67,6 +80,7 @@ def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
     pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
                order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps)
     self._prune(learn.finish_save()) # the previous one
+    self._pruned() # no prune of a store runs while a checkpoint is written there
     learn.save_state(
         self.path / f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}', pos, async_save=self.async_save and not wait
     )
@@ -75,9 +89,19 @@ def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
 @patch
 def _prune(self:CheckpointCallback, saved):
     "Once a checkpoint was `saved` (none in flight): remove all but the `keep` newest, and what a kill left"
-    if saved and self.learn.is_main_process:
-        for p in _checkpoints(self.path)[: -self.keep] + list(self.path.glob('.tmp-ckpt-*')):
-            shutil.rmtree(p, ignore_errors=True)
+    if not (saved and self.learn.is_main_process): return
+    def prune():
+        for p in _checkpoints(self.path)[: -self.keep] + _leftovers(self.path): rm_tree(p, first=manifest_name)
+    if isinstance(self.path, Path): return prune()
+    self._pruned()
+    self.pruning = threading.Thread(target=prune, name='prune-checkpoints') # a store's requests: off the training loop
+    self.pruning.start()
+
+@patch
+def _pruned(self:CheckpointCallback):
+    "Wait for a prune of a store to end"
+    if getattr(self, 'pruning', None) is not None: self.pruning.join()
+    self.pruning = None
 
 # %% ../nbs/16_checkpoint.ipynb #97887b75
 @patch
@@ -96,7 +120,7 @@ def after_batch(self:CheckpointCallback):
         stop = bool(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
     if stop or (self.every_steps and self.steps % self.every_steps == 0):
         self._checkpoint(learn.epoch, learn.iter + 1, wait=stop)
-    if stop: self._remove_handlers(); raise SystemExit(0)
+    if stop: self._pruned(); self._remove_handlers(); raise SystemExit(0)
 
 @patch
 def after_epoch(self:CheckpointCallback):
@@ -165,6 +189,7 @@ def before_fit(self:CheckpointCallback):
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order = learn.fit_calls,0,0,None
     self._check_loader()
+    check_store(self.path) # credentials and bucket, before training
     self._install_handlers()
     self.n_fit += 1
     if self.resume and self.n_fit == 0:
@@ -185,6 +210,7 @@ def before_fit(self:CheckpointCallback):
 def after_fit(self:CheckpointCallback):
     if self.nested: self.nested -= 1; return
     self._prune(self.learn.finish_save())
+    self._pruned()
     self._remove_handlers()
     self.fit_token = None
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/13a_checksums.ipynb #f30e200d
 from __future__ import annotations
-import json, os, sys, zlib
+import io, json, os, sys, zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from fastcore.script import call_parse
 from fastai.basics import *
 from .codec import read_state_file
+from .stores import *
 
 # %% auto #0
 __all__ = ['checksum_algos', 'manifest_name', 'Checksum', 'ChecksumStream', 'ChecksumFS', 'ChecksumWriter', 'read_manifest',
@@ -90,8 +91,9 @@ class ChecksumStream:
 class ChecksumFS:
     "A DCP file system (`FileSystem` by default) that checksums each file written through it: `checksums`, by name"
     def __init__(self,
-        fs=None # The file system to write through; DCP's `FileSystem` (local files) if None
-    ): self.fs,self.checksums = fs or FileSystem(),{}
+        fs=None, # The file system to write through: DCP's `FileSystem` (local files) if None, a `StoreFS` for a store
+        later:bool=False # Keep the files of `save` in memory until `write_later` (a store's: uploaded in the background)
+    ): self.fs,self.checksums,self.later = fs or FileSystem(),{},[] if later else None
     def __getattr__(self, name): return getattr(self.fs, name) # `mkdir`, `exists`, `concat_path`... as `fs` has them
 
     @contextmanager
@@ -105,7 +107,7 @@ class ChecksumFS:
                 yield f
                 return
             yield (s := ChecksumStream(f))
-        self.checksums[Path(path).name] = s.checksum.entry
+        self.checksums[Path(str(path)).name] = s.checksum.entry
 
     def rename(self,
         path, # The file
@@ -113,15 +115,36 @@ class ChecksumFS:
     ):
         "Rename file `path` to `new_path`, its checksum with it"
         self.fs.rename(path, new_path)
-        if (old := Path(path).name) in self.checksums: self.checksums[Path(new_path).name] = self.checksums.pop(old)
+        old,new = Path(str(path)).name,Path(str(new_path)).name
+        if old in self.checksums: self.checksums[new] = self.checksums.pop(old)
 
     def save(self,
         obj, # What `torch.save` writes
         fn:Path # The file; replaced if it exists
     ):
         "`torch.save(obj, fn)` through this file system: `fn` whole or not there at all, and checksummed"
+        if self.later is None: return self.write_whole(fn, lambda f: torch.save(obj, f))
+        s = ChecksumStream(io.BytesIO()) # checksummed now, written by `write_later`
+        torch.save(obj, s)
+        self.checksums[Path(str(fn)).name] = s.checksum.entry
+        self.later.append((fn, s.f.getvalue()))
+
+    def write_later(self):
+        "Write the files `save` kept in memory, each whole"
+        while self.later:
+            fn,data = self.later.pop(0)
+            self.write_whole(fn, lambda f: f.write(data))
+
+    def write_whole(self,
+        fn:Path, # The file; replaced if it exists
+        write:Callable # Writes the contents to the stream it is given
+    ):
+        "File `fn`, written by `write` through this file system: to a temporary name, renamed (in a store: at once)"
+        if getattr(self.fs, 'whole_objects', False): # each object appears whole or not at all
+            with self.create_stream(fn, 'wb') as f: write(f)
+            return
         tmp = fn.with_name(fn.name + '.tmp')
-        with self.create_stream(tmp, 'wb') as f: torch.save(obj, f)
+        with self.create_stream(tmp, 'wb') as f: write(f)
         self.rename(tmp, fn)
 
 # %% ../nbs/13a_checksums.ipynb #a522103f
@@ -137,18 +160,28 @@ def _entries_checksum(files, algo=None):
 class ChecksumWriter(FileSystemWriter):
     "DCP's `FileSystemWriter` through a `ChecksumFS`; its last step, on the coordinator, writes `manifest.json`"
     def __init__(self,
-        path, # The checkpoint folder
+        path, # The checkpoint folder: a `Path`, or a `StorePath`
         fs:ChecksumFS, # What this process wrote its other files of the checkpoint through
         **kwargs # Passed to `FileSystemWriter`
     ):
-        super().__init__(path, **kwargs)
+        store = isinstance(path, StorePath)
+        super().__init__(str(path) if store else path, sync_files=not store, **kwargs) # a store's objects: no fsync
         self.fs = fs
+        if store: self.path = str(path)
+
+    def prepare_global_plan(self,
+        plans # Every process's plan
+    ):
+        "The coordinator's first step: in a store, what an earlier checkpoint of this name left is removed (manifest first)"
+        if isinstance(self.fs.fs, StoreFS): rm_tree(StorePath(self.path, self.fs.fs.fs), first=manifest_name)
+        return super().prepare_global_plan(plans)
 
     def write_data(self,
         plan, # This process's part, as DCP planned it
         planner # DCP's `SavePlanner`
     ):
-        "DCP's write of this process's tensors; its results carry this process's checksums to the coordinator"
+        "DCP's write of this process's tensors, after its files kept for later; the results carry its checksums"
+        self.fs.write_later()
         done = lambda fut: fut.value() + [WriteResult(_checksums_index, 0, dict(self.fs.checksums))]
         return super().write_data(plan, planner).then(done)
 
@@ -161,15 +194,13 @@ class ChecksumWriter(FileSystemWriter):
         super().finish(metadata, [[r for r in res if r.index != _checksums_index] for res in results])
         files.update(self.fs.checksums) # `.metadata`'s
         text = json.dumps(dict(files=files, checksum=_entries_checksum(files)), indent=1, sort_keys=True)
-        tmp = Path(self.path)/f'{manifest_name}.tmp'
-        with self.fs.create_stream(tmp, 'wb') as f: f.write(text.encode())
-        self.fs.rename(tmp, Path(self.path)/manifest_name)
+        self.fs.write_whole(as_path(self.path)/manifest_name, lambda f: f.write(text.encode()))
 
 # %% ../nbs/13a_checksums.ipynb #0992cb22
 def read_manifest(path:Path # A checkpoint folder
                  )->dict|None:
     "The files of checkpoint `path`'s manifest, by name: size and checksum; None if it has no manifest"
-    fn = Path(path)/manifest_name
+    fn = as_path(path)/manifest_name
     if not fn.exists(): return None
     try:
         m = json.loads(fn.read_bytes())
@@ -188,7 +219,7 @@ def _check_file(fn, entry, bs=1<<23):
         raise ValueError(f"Checkpoint file {fn} is corrupt: {size} bytes, where {entry['size']} were written")
     algo = next(k for k in entry if k != 'size')
     c,buf = Checksum(algo),bytearray(bs)
-    with open(fn, 'rb', buffering=0) as f:
+    with fn.open('rb', buffering=0) as f: # a `Path`, or a `StorePath`
         while n := f.readinto(buf): c.update(memoryview(buf)[:n])
     if c.entry != entry:
         raise ValueError(f"Checkpoint file {fn} is corrupt: its {algo.upper()} is {c.entry[algo]}, where "
@@ -207,7 +238,7 @@ def verify_checkpoint(path:str|Path, # A checkpoint folder written by `Learner.s
                       part:tuple=(0, 1) # (i, n): check only the share of process i of n
                      )->dict|None:
     "Raise a `ValueError` naming a file of checkpoint `path` that is damaged or missing; else its manifest's files"
-    path = Path(path)
+    path = as_path(path)
     if not path.exists(): raise ValueError(f"Checkpoint {path} does not exist")
     if not path.is_dir(): raise ValueError(f"Checkpoint {path} is a file, not a checkpoint's folder")
     files = read_manifest(path)

@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_codec.ipynb #f985f8ba
 from __future__ import annotations
-import os, pathlib, pickle, sys
+import io, os, pathlib, pickle, sys
 from collections import OrderedDict
 from pathlib import Path, PurePath
 import numpy as np
@@ -126,13 +126,14 @@ def _unsafe_globals(fn):
     try: return torch.serialization.get_unsafe_globals_in_checkpoint(fn)
     except Exception: return None
 
-def read_state_file(fn:Path # A file `write_state_file` wrote
+def read_state_file(fn:Path # A file `write_state_file` wrote: a `Path`, or a file in a store (`StorePath`)
                    ):
     "Checkpoint file `fn`, read weights-only, with the values `encode_state` tagged rebuilt"
     if not fn.exists(): raise ValueError(f"Checkpoint file {fn} is missing: the checkpoint is incomplete")
-    try: res = torch.load(fn, weights_only=True, map_location='cpu')
+    src = fn if isinstance(fn, PurePath) else io.BytesIO(fn.read_bytes()) # from a store: read whole, once
+    try: res = torch.load(src, weights_only=True, map_location='cpu')
     except Exception as e:
-        unsafe = _unsafe_globals(fn) if isinstance(e, pickle.UnpicklingError) else None
+        unsafe = _unsafe_globals(src) if isinstance(e, pickle.UnpicklingError) else None
         if not unsafe: raise ValueError(f"Can't read checkpoint file {fn} (truncated or corrupt?): {e}") from None
         raise TypeError(f"Checkpoint file {fn} is readable but holds {', '.join(unsafe)}, which a weights-only load "
                         "refuses "

@@ -9,11 +9,13 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from fastai.basics import *
+from .stores import StorePath
 
 # %% auto #0
 __all__ = ['split_tensors', 'join_tensors', 'dcp_kwargs', 'one_process_quiet', 'async_group', 'host', 'host_device', 'empty_like',
-           'dcp_metadata', 'dcp_load', 'empty_tensor', 'opt_tensors']
+           'dcp_reader', 'dcp_metadata', 'dcp_load', 'save_error', 'empty_tensor', 'opt_tensors']
 
 # %% ../nbs/13_dcp_io.ipynb #db2ac88e
 def split_tensors(o, # Nested dicts, lists and tuples holding tensors (a `state_dict`)
@@ -78,10 +80,15 @@ def empty_like(t:Tensor, # A tensor of this run, on any device
     return torch.empty_like(t, device='cpu', **kwargs) if t.device.type == 'xla' else torch.empty_like(t, **kwargs)
 
 # %% ../nbs/13_dcp_io.ipynb #4a73b21c
+def dcp_reader(path # A checkpoint folder: a `Path`, or a `StorePath` in a store
+              ):
+    "DCP's reader of checkpoint `path`: of local files, or fsspec's of a store's"
+    return FsspecReader(str(path)) if isinstance(path, StorePath) else dcp.FileSystemReader(path)
+
 def dcp_metadata(path # A checkpoint folder
              )->dict:
     "What DCP wrote to `path`: each tensor's name, global size and dtype"
-    try: return dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    try: return dcp_reader(path).read_metadata().state_dict_metadata
     except Exception as e:
         raise ValueError(f"Can't read the index of checkpoint {path} (truncated or corrupt?): {e}") from None
 
@@ -91,9 +98,17 @@ def dcp_load(tensors:dict, # Tensors to read into, nested as they were saved
              ):
     "DCP's `load` (its `CheckpointException` is a `BaseException`), with an error saying which checkpoint is damaged"
     try:
-        with one_process_quiet(): dcp.load(tensors, checkpoint_id=path, **kwargs)
+        with one_process_quiet(): dcp.load(tensors, storage_reader=dcp_reader(path), **kwargs)
     except (Exception, dcp.CheckpointException) as e: raise ValueError(f"Can't read the tensors of checkpoint {path} "
                                                                        f"(truncated or corrupt?): {e}") from None
+
+def save_error(path, # The checkpoint folder being written
+               e:dcp.CheckpointException # What DCP's `save` raised
+              )->OSError:
+    "DCP's save failure (a `BaseException` listing every process's traceback) as an error saying what went wrong where"
+    rank,(first,_) = next(iter(e.failures.items()))
+    return OSError(f"Checkpoint {path} couldn't be written ({type(first).__name__} on process {rank}: {first}); the "
+                   "checkpoints before it are as they were")
 
 def empty_tensor(m, # An entry of `dcp_metadata`
            device='cpu' # Where the tensor goes

@@ -4,7 +4,7 @@
 
 # %% ../nbs/14_state.ipynb #d2988311
 from __future__ import annotations
-import os, shutil
+import os, shutil, warnings
 from pathlib import Path
 import torch
 import torch.distributed as dist
@@ -16,6 +16,7 @@ from .codec import *
 from .rng import *
 from .fields import *
 from .dcp_io import *
+from .stores import *
 from .checksums import *
 from .fsdp import place_state
 
@@ -45,38 +46,45 @@ def finish_save(self:Learner,
     self._saving = None
     fut,tmp,path = pending
     try: fut.result()
-    except BaseException:
-        if self.is_main_process: shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        if self.is_main_process: rm_tree(tmp, first=manifest_name)
+        if isinstance(e, dcp.CheckpointException): raise save_error(path, e) from None
         raise
     if not self.is_main_process: return None
-    _put_in_place(tmp, path)
+    if tmp != path: _put_in_place(tmp, path) # in a store, written in place
     return path
 
 # %% ../nbs/14_state.ipynb #acedad46
 @patch
 def save_state(self:Learner,
-    path:str|Path, # Checkpoint folder to write (replaced if it exists)
+    path:str|Path, # Checkpoint folder to write (replaced if it exists), or a store's URL (`s3://bucket/run/ckpt`)
     position:dict|None=None, # Where the fit stands (`CheckpointCallback` fills it in)
     # Return once the tensors are copied, write them in the background; `finish_save` puts the folder in place
     async_save:bool=False
 ):
     "Write everything a fit needs to continue exactly to folder `path`: tensors (each process its part), random states"
     self.finish_save() # one checkpoint in flight at a time
-    path = Path(path)
-    tmp = path.with_name(f'.tmp-{path.name}')
+    path = as_path(path)
+    check_store(path) # credentials and bucket, before anything is written
+    # in a store: written in place, the manifest last
+    tmp = path if isinstance(path, StorePath) else path.with_name(f'.tmp-{path.name}')
     try: return self._save_state(path, tmp, position, async_save)
-    except BaseException: # a kill, a full disk, a lost process: no half-written folder is left behind
-        if self.is_main_process: shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e: # a kill, a full disk, a lost process: no half-written folder is left behind
+        if self.is_main_process: rm_tree(tmp, first=manifest_name)
+        if isinstance(e, dcp.CheckpointException): raise save_error(path, e) from None
         raise
 
 @patch
 def _save_state(self:Learner, path, tmp, position, async_save):
-    if self.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
+    store = isinstance(tmp, StorePath) # there DCP's first step removes what a write of this name left
+    if self.is_main_process and not store:
+        rm_tree(tmp)
         tmp.mkdir(parents=True)
     self.barrier()
     sync_smooth_loss(self) # the recorded smooth losses, as one process would have them
-    fs = ChecksumFS() # every file of this process goes through it, checksummed as it is written
+    # every file of this process goes through it, checksummed as it is written; a store's small files are uploaded with the
+    # tensors, in the background for `async_save`
+    fs = ChecksumFS(StoreFS(str(tmp)), later=True) if store else ChecksumFS()
     write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state', save=fs.save)
     tensors = dict(model=get_model(self.model).state_dict())
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
@@ -92,11 +100,13 @@ def _save_state(self:Learner, path, tmp, position, async_save):
     writer = ChecksumWriter(tmp, fs) # its last step, on the main process, writes the manifest
     with one_process_quiet():
         if async_save:
+            # its thread warns of one process after this `with` ends (a store's upload outlasts it): quiet for good
+            if dcp_kwargs()['no_dist']: warnings.filterwarnings('ignore', message='torch.distributed is disabled')
             fut = dcp.async_save(tensors, storage_writer=writer, process_group=async_group(), **dcp_kwargs())
             self._saving = (fut, tmp, path)
             return path
         dcp.save(tensors, storage_writer=writer, **dcp_kwargs())
-    if self.is_main_process: _put_in_place(tmp, path)
+    if self.is_main_process and tmp != path: _put_in_place(tmp, path)
     self.barrier()
     return path
 
@@ -124,12 +134,12 @@ def verify_state(self:Learner,
 # %% ../nbs/14_state.ipynb #a92ab910
 @patch
 def load_state(self:Learner,
-    path:str|Path, # Checkpoint folder written by `save_state`, on any number of processes
+    path:str|Path, # Checkpoint folder written by `save_state`, on any number of processes, or a store's URL
     with_rng:bool=True, # Restore random states too (`CheckpointCallback` does it at the right batch itself)
     verify:bool=True # Check its files against its checksums first (`verify_state`)
 )->dict:
     "Restore what `save_state` wrote to `path`, resharded over this run's processes; returns the saved position"
-    path = Path(path)
+    path = as_path(path)
     if verify: self.verify_state(path)
     state = read_state_file(path/'state.pt')
     check_model(state['model_desc'], self.model, path)
@@ -159,12 +169,12 @@ def load_state(self:Learner,
 
 # %% ../nbs/14_state.ipynb #31601c30
 def checkpoint_to_weights(
-    ckpt:str|Path, # Checkpoint folder written by `save_state`/`CheckpointCallback`, on any number of processes
-    fname:str|Path, # File to write, e.g. `learn.path/learn.model_dir/'model.pth'`
+    ckpt:str|Path, # Checkpoint folder (or URL) written by `save_state`/`CheckpointCallback`, on any number of processes
+    fname:str|Path, # File to write, e.g. `learn.path/learn.model_dir/'model.pth'`, or a store's URL
     with_opt:bool=True # Include the optimizer state, as `learn.save` does
 )->Path:
     "Write the model (and optimizer) of checkpoint `ckpt` as one file that `learn.load` reads, in any `Learner`"
-    ckpt,fname = Path(ckpt),Path(fname)
+    ckpt,fname = as_path(ckpt),as_path(fname)
     if verify_checkpoint(ckpt) is None: _tell_unverified(ckpt)
     state = read_state_file(ckpt/'state.pt')
     md = {k: m for k,m in dcp_metadata(ckpt).items() if hasattr(m, 'size')} # the tensors
@@ -173,6 +183,9 @@ def checkpoint_to_weights(
         tensors['opt'] = {k[4:]: empty_tensor(m) for k, m in md.items() if k.startswith('opt.')}
     dcp_load(tensors, ckpt, no_dist=True) # every tensor whole, in this process alone
     model,opt = tensors['model'],join_tensors(state['opt'], '', tensors['opt']) if 'opt' in tensors else None
-    fname.parent.mkdir(parents=True, exist_ok=True)
-    atomic_save(dict(model=model, opt=opt) if with_opt and opt is not None else model, fname)
+    obj = dict(model=model, opt=opt) if with_opt and opt is not None else model
+    if isinstance(fname, StorePath): ChecksumFS(StoreFS(str(fname))).save(obj, fname) # one object, uploaded whole
+    else:
+        fname.parent.mkdir(parents=True, exist_ok=True)
+        atomic_save(obj, fname)
     return fname

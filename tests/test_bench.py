@@ -109,3 +109,16 @@ def test_bench_async_save_smoke(tmp_path):
     for m in re.finditer(rf'^target: .* <= ({NUM}): ({NUM})x -> (PASS|FAIL)$', out, re.M):
         assert judged(float(m[2]), float(m[1]), m[3]), m[0]
     assert len(re.findall(r'^target: ', out, re.M)) == 3
+
+def test_bench_store_smoke():
+    "Checkpoints in S3 (moto's server, started by the benchmark) against a local folder: every mode's line, the table, the verdict"
+    out = bench('bench_store.py', '--width', 64, '--epochs', 1, '--every', 5, '--fits', 1)
+    fits = [json.loads(l) for l in out.splitlines() if l.startswith('{')]
+    assert sorted((f['mode'], f['store']) for f in fits) == [('async', 'local'), ('async', 's3'), ('none', 'local'),
+                                                           ('sync', 'local'), ('sync', 's3')]
+    assert all(f['ckpts'] > 0 for f in fits)
+    for mode in ('sync', 'async'):
+        row = cells(out, f'{mode}: stall per checkpoint')
+        assert float(row[0]) > 0 and float(row[1]) > 0 and re.fullmatch(rf'{NUM}x', row[2]), (mode, row)
+    m = re.search(rf'^target: .* <= ({NUM}): ({NUM})x -> (PASS|FAIL)$', out, re.M)
+    assert m and judged(float(m[2]), float(m[1]), m[3]), out

@@ -16,14 +16,16 @@ p = argparse.ArgumentParser()
 p.add_argument('out')
 p.add_argument('--tag', default='run')
 p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this training batch')
+p.add_argument('--ckpt', default=None, help="where the checkpoints go (OUT/ckpt if None): a folder, or a store's URL")
 args = p.parse_args()
 out = Path(args.out)
 
 learn = synth_learner_digits(n=768, bs=36, hidden=50)
 with _forced_cpu_fsdp(): learn.accelerate(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
-resumed_from = latest_checkpoint(out/'ckpt')
+ckpt = args.ckpt or out/'ckpt'
+resumed_from = latest_checkpoint(ckpt)
 with learn.no_bar(), learn.no_logging():
-    learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True)] + ([StopAt(*map(int, args.stop.split(',')))] if args.stop else []))
+    learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(ckpt, every_steps=3, every_epochs=None, resume=True)] + ([StopAt(*map(int, args.stop.split(',')))] if args.stop else []))
 rank = learn.accelerator.process_index
 params = list(learn.model.parameters())
 local = lambda t: t.to_local().shape[0] if isinstance(t, DTensor) else None

@@ -1,5 +1,5 @@
 """A 3-epoch one-cycle fit on the digits (no dropout) with `split_batches=True`, so the global batches are the same on any number
-of processes. Checkpoints every 3 steps into OUT/ckpt (through torch.distributed.checkpoint) and resumes from there; each process
+of processes. Checkpoints every 3 steps into OUT/ckpt or --ckpt (through torch.distributed.checkpoint) and resumes from there; each process
 writes OUT/TAG-rankR.pt. Per-node preparation under `local_main_first` writes OUT/prepared-TAG-nodeN."""
 import argparse, os, time, torch
 from pathlib import Path
@@ -17,6 +17,7 @@ p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this 
 p.add_argument('--async-save', action='store_true', help='write checkpoints in the background')
 p.add_argument('--slow-write', type=float, default=0, help='seconds each checkpoint write after epoch 0 waits before writing its tensors')
 p.add_argument('--sleep', type=float, default=0, help='seconds to wait after each batch')
+p.add_argument('--ckpt', default=None, help="where the checkpoints go (OUT/ckpt if None): a folder, or a store's URL")
 args = p.parse_args()
 out = Path(args.out)
 
@@ -47,7 +48,7 @@ learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'histo
 learn.accelerate(split_batches=True)
 acc = learn.accelerator
 stop = [StopAt(*map(int, args.stop.split(',')))] if args.stop else [] # after `Marker`: same order, added after it
-cb = CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save)
+cb = CheckpointCallback(args.ckpt or out/'ckpt', every_steps=3, every_epochs=None, resume=True, async_save=args.async_save)
 learn.fit_one_cycle(3, 1e-2, cbs=[cb, Marker(), *stop])
 learn.save(f'final-{args.tag}') # a single-file save: the global main process alone writes it
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values,
