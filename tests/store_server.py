@@ -4,16 +4,17 @@ from fastxtend_accel.launching import free_port
 
 class FaultyLink:
     """A TCP proxy between the clients and the server: `cut()` drops every connection and refuses new ones until `mend()`;
-    `cut_during(pattern, n)` cuts `n` bytes into the request naming `pattern`; `delay` seconds are waited before each piece forwarded"""
+    `cut_during(pattern, n)` cuts `n` bytes into the request naming `pattern`; `stall_during(pattern)` holds that request; `delay` seconds are waited before each piece forwarded"""
     def __init__(self, port):
         self.target,self.port,self.delay,self.budget,self.conns,self.trigger,self.outage = port,free_port(),0.,None,[],None,None
+        self.stall = None
         self.lock,self.listener = threading.Lock(),None
         self.mend()
 
     def mend(self):
         "Accept connections again"
         with self.lock:
-            self.budget,self.trigger,self.outage = None,None,None
+            self.budget,self.trigger,self.outage,self.stall = None,None,None,None
             if self.listener is not None: return
             self.listener = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
@@ -21,13 +22,17 @@ class FaultyLink:
     def cut(self):
         "Refuse new connections and drop the open ones, as a server that stopped"
         with self.lock:
-            lst,self.listener,conns,self.conns = self.listener,None,self.conns,[]
+            lst,self.listener,conns,self.conns,self.stall = self.listener,None,self.conns,[],None
         if lst is not None: _drop(lst) # wakes the thread waiting in `accept`
         for c in conns: _drop(c)
 
     def cut_during(self, pattern:bytes, n:int, mend_after:float|None=None):
         "Cut `n` bytes into the request whose head holds `pattern` (e.g. the name of the file being uploaded); mend later"
         with self.lock: self.trigger,self.outage = (pattern, n),mend_after
+
+    def stall_during(self, pattern:bytes):
+        "Hold the request whose head holds `pattern` until the link is cut, as a store that stopped answering it"
+        with self.lock: self.stall = pattern
 
     def _accept(self, lst):
         while True:
@@ -46,6 +51,9 @@ class FaultyLink:
         try:
             while data := src.recv(1 << 16):
                 if self.delay: time.sleep(self.delay)
+                if upward and self.stall is not None and self.stall in data:
+                    while self.stall is not None: time.sleep(0.05) # until `cut` or `mend`
+                    return
                 if upward and self.trigger is not None and self.trigger[0] in data:
                     with self.lock: self.budget,self.trigger = self.trigger[1],None
                 if upward and self.budget is not None:

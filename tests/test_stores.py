@@ -60,18 +60,26 @@ def test_sigterm_on_two_processes_then_a_fresh_machine(s3, tmp_path_factory, ref
     np.testing.assert_allclose(res['values'], reference[1], atol=1e-6)
     assert sorted(os.listdir(b)) == ['b-rank0.pt', 'history-b.csv', 'models', 'prepared-b-node0', 'progress-b'] # nothing local
 
-def test_sigkill_then_two_processes_elsewhere(s3, tmp_path_factory, reference):
-    "One process SIGKILLed mid-epoch; resumed from the URL by 2 processes in another empty folder, `split_batches=True`: exact"
+def test_sigkill_mid_upload_then_two_processes_elsewhere(s3, tmp_path_factory, reference):
+    """One process uploading in the background, SIGKILLed while the store holds the upload of a checkpoint's tensor file: the
+    checkpoint before stays the newest. Resumed from the URL by 2 processes in another empty folder (`split_batches=True`):
+    exact, and the half-uploaded checkpoint is written anew"""
     url,a,b = 's3://ckpts/kill',tmp_path_factory.mktemp('machine-a'),tmp_path_factory.mktemp('machine-b')
-    proc = start_cmd([sys.executable, RESUME, a, '--ckpt', url, '--tag', 'a', '--sleep', '0.05'])
-    wait_for(lambda: (ck := latest_checkpoint(url)) is not None and ck.name >= 'ckpt-e0001-b000006', proc)
+    held = 'ckpt-e0001-b000004-f000' # 17 batches an epoch, a checkpoint every 3 steps: the 21st step's
+    s3.link.stall_during(f'{held}/__0_0.distcp'.encode())
+    proc = start_cmd([sys.executable, RESUME, a, '--ckpt', url, '--tag', 'a', '--async-save'])
+    half = lambda: [p.name for p in _leftovers(url)]
+    wait_for(lambda: half() == [held], proc) # its small files are there, its tensors held
     kill_group(proc)
+    s3.link.cut(); s3.link.mend() # the held request dies with the process
     ck = latest_checkpoint(url)
+    assert ck.name == 'ckpt-e0001-b000001-f000' and half() == [held]
     launch(2, b, '--ckpt', url, '--tag', 'b')
     res = results(b, 'b', 2)
     assert [r['resumed_from'] for r in res] == [ck.name]*2
     for r in res: close(r['params'], reference[0])
     np.testing.assert_allclose(res[0]['values'], reference[1], atol=1e-6)
+    assert not _leftovers(url) # the held one written whole by the resumed run, or pruned
 
 def test_fsdp2_shards_straight_to_the_store(s3, tmp_path):
     """FSDP2 on 2 processes: each uploads its own shards; the checkpoint loads from the URL into one plain process, and as one
