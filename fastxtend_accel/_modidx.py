@@ -11,6 +11,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                         'fastxtend_accel/accelerator.py'),
                                              'fastxtend_accel.accelerator.check_cpu_bf16': ( 'accelerator.html#check_cpu_bf16',
                                                                                              'fastxtend_accel/accelerator.py'),
+                                             'fastxtend_accel.accelerator.init_attempt_group': ( 'accelerator.html#init_attempt_group',
+                                                                                                 'fastxtend_accel/accelerator.py'),
                                              'fastxtend_accel.accelerator.local_main_first': ( 'accelerator.html#local_main_first',
                                                                                                'fastxtend_accel/accelerator.py'),
                                              'fastxtend_accel.accelerator.make_accelerator': ( 'accelerator.html#make_accelerator',

@@ -7,14 +7,25 @@ from __future__ import annotations
 import dataclasses, functools, os
 from contextlib import contextmanager
 import torch
+import torch.distributed as dist
 from torch import nn
 from accelerate import Accelerator, PartialState
-from accelerate.utils import DataLoaderConfiguration, PrecisionType
+from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, PrecisionType
 from .patching import accelerate_state, reset_accelerate_state
 from .fsdp import build_accelerator
 
 # %% auto #0
-__all__ = ['make_accelerator', 'local_main_first', 'check_cpu_bf16']
+__all__ = ['init_attempt_group', 'make_accelerator', 'local_main_first', 'check_cpu_bf16']
+
+# %% ../nbs/07_accelerator.ipynb #ab7ab5f0
+def init_attempt_group(timeout=None # The process group's timeout (a `timedelta`); torch's default if None
+                      ):
+    "Under torchrun on CPU processes, start the gloo process group on store keys of this attempt alone"
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
+    if attempt is None or not _cpu_processes() or not dist.is_available() or dist.is_initialized(): return
+    store,rank,world = next(dist.rendezvous('env://', **({} if timeout is None else dict(timeout=timeout))))
+    dist.init_process_group('gloo', store=dist.PrefixStore(f'attempt-{attempt}', store), rank=rank, world_size=world,
+                            **({} if timeout is None else dict(timeout=timeout)))
 
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):
@@ -43,6 +54,9 @@ def make_accelerator(**kwargs)->Accelerator:
             kwargs.get('dataloader_config') or DataLoaderConfiguration(), split_batches=True
         )
     world,cpu_procs = int(os.environ.get('WORLD_SIZE', 1)),_cpu_processes()
+    timeout = next((h.timeout for h in kwargs.get('kwargs_handlers', []) if isinstance(h, InitProcessGroupKwargs)),
+                   None)
+    init_attempt_group(timeout) # under torchrun: before Accelerate starts its own
     if cpu_procs: kwargs.setdefault('cpu', True)
     forked = bool(os.environ.get('FORK_LAUNCHED'))
     if forked and accelerate_state('num_processes', 0, partial=True) == 1 < world: reset_accelerate_state(partial=True)
@@ -60,6 +74,7 @@ def make_accelerator(**kwargs)->Accelerator:
 @contextmanager
 def local_main_first():
     "Run the block on each node's main process first, then on its others: per-node preparation (unpacking data, caches)"
+    init_attempt_group()
     with PartialState(cpu=_cpu_processes()).local_main_process_first(): yield
 
 # %% ../nbs/07_accelerator.ipynb #6c3e1d2a

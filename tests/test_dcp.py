@@ -68,6 +68,18 @@ def test_two_nodes_then_other_process_counts(tmp_path, reference):
     for r in d: close(r['params'], reference[0])
     np.testing.assert_allclose(d[0]['values'], reference[1], atol=1e-6)
 
+def test_torchrun_restart_after_both_processes_killed(tmp_path, reference):
+    """`torchrun --max-restarts 1`: both processes SIGKILLed mid-epoch, and in the restarted attempt process 1 starts 4 s late,
+    so process 0 meets torchrun's store first. Each attempt's gloo group meets on keys of its own (without, process 0 read the
+    killed attempt's addresses: `Gloo connectFullMesh failed ... Connection refused`), and the fit resumes exactly"""
+    res = run_cmd(torchrun_cmd(2, '--max-restarts', '1') + [RESUME, tmp_path, '--tag', 'r', '--kill-at', '1,5', '--late-start', 4],
+                  check=False)
+    assert all((tmp_path/f'r-rank{i}.pt').exists() for i in range(2)), res.stdout[-2000:] + res.stderr[-4000:]
+    r = results(tmp_path, 'r', 2)
+    assert [x['attempt'] for x in r] == [1, 1] and [x['resumed_from'] for x in r] == ['ckpt-e0001-b000004-f000']*2
+    for x in r: close(x['params'], reference[0])
+    np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
+
 def test_async_save_killed_while_writing(tmp_path, reference):
     "Training goes on while a checkpoint is written; killed before it is complete, the run resumes from the one before, exactly"
     proc = start_cmd([sys.executable, RESUME, tmp_path, '--tag', 'k', '--async-save', '--slow-write', '600', '--sleep', '0.05'])

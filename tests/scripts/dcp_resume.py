@@ -1,7 +1,7 @@
 """A 3-epoch one-cycle fit on the digits (no dropout) with `split_batches=True`, so the global batches are the same on any number
 of processes. Checkpoints every 3 steps into OUT/ckpt or --ckpt (through torch.distributed.checkpoint) and resumes from there; each process
 writes OUT/TAG-rankR.pt. Per-node preparation under `local_main_first` writes OUT/prepared-TAG-nodeN."""
-import argparse, os, time, torch
+import argparse, os, signal, time, torch
 from pathlib import Path
 from fastai.basics import *
 from fastai.callback.all import *
@@ -17,6 +17,8 @@ p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this 
 p.add_argument('--async-save', action='store_true', help='write checkpoints in the background')
 p.add_argument('--slow-write', type=float, default=0, help='seconds each checkpoint write after epoch 0 waits before writing its tensors')
 p.add_argument('--sleep', type=float, default=0, help='seconds to wait after each batch')
+p.add_argument('--kill-at', default=None, help="EPOCH,ITER: torchrun's first attempt only: every process SIGKILLs itself after this batch")
+p.add_argument('--late-start', type=float, default=0, help="seconds rank 1 of a restarted torchrun attempt waits before it starts")
 p.add_argument('--ckpt', default=None, help="where the checkpoints go (OUT/ckpt if None): a folder, or a store's URL")
 args = p.parse_args()
 out = Path(args.out)
@@ -29,6 +31,9 @@ if args.slow_write:
         return write(self, plan, planner)
     FileSystemWriter.write_data = slow
 
+attempt = int(os.environ.get('TORCHELASTIC_RESTART_COUNT', 0))
+if attempt and os.environ.get('RANK') == '1': time.sleep(args.late_start) # its peer meets the store first
+
 # per-node preparation: each node's main process first, then that node's others
 node = os.environ.get('GROUP_RANK', '0')
 with local_main_first():
@@ -37,12 +42,14 @@ with local_main_first():
     if first: time.sleep(0.5); marker.write_text(os.environ.get('RANK', '0'))
 
 class Marker(Callback):
-    "Note each training batch done in OUT/progress-TAG, and wait `--sleep`"
+    "Note each training batch done in OUT/progress-TAG, and wait `--sleep`; `--kill-at`"
     order = 99 # after the checkpoint
     def after_batch(self):
         if not self.training: return
         (out/f'progress-{args.tag}').write_text(f'{self.epoch} {self.iter}')
         time.sleep(args.sleep)
+        if args.kill_at and attempt == 0 and (self.epoch, self.iter) == tuple(map(int, args.kill_at.split(','))):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'history-{args.tag}.csv'))
 learn.accelerate(split_batches=True)
@@ -55,5 +62,5 @@ torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=le
                 resumed_from=cb.resumed_from and cb.resumed_from.name, world=acc.num_processes, rank=acc.process_index,
                 local_rank=acc.local_process_index, env_rank=int(os.environ.get('RANK', 0)), env_local_rank=int(os.environ.get('LOCAL_RANK', 0)),
                 node=int(node), is_main=learn.is_main_process, is_local_main=acc.is_local_main_process, prepared_first=first,
-                launch=os.environ.get('LAUNCH')),
+                launch=os.environ.get('LAUNCH'), attempt=attempt),
            out/f'{args.tag}-rank{acc.process_index}.pt')
