@@ -23,9 +23,10 @@ def init_attempt_group(timeout=None # The process group's timeout (a `timedelta`
     "Under torchrun on CPU processes, start the gloo process group on store keys of this attempt alone"
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
     if attempt is None or not _cpu_processes() or not dist.is_available() or dist.is_initialized(): return
-    store,rank,world = next(dist.rendezvous('env://', **({} if timeout is None else dict(timeout=timeout))))
-    dist.init_process_group('gloo', store=dist.PrefixStore(f'attempt-{attempt}', store), rank=rank, world_size=world,
-                            **({} if timeout is None else dict(timeout=timeout)))
+    kw = {} if timeout is None else dict(timeout=timeout)
+    store,rank,world = next(dist.rendezvous('env://', **kw))
+    store = dist.PrefixStore(f'attempt-{attempt}', store) # keys of this attempt alone
+    dist.init_process_group('gloo', store=store, rank=rank, world_size=world, **kw)
 
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):

@@ -26,21 +26,18 @@ __all__ = ['latest_checkpoint', 'CheckpointCallback']
 # %% ../nbs/16_checkpoint.ipynb #6a3672ea
 _ckpt_re = re.compile(r'^ckpt-e(\d+)-b(\d+)-f(\d+)$')
 
-def _written(p):
-    "Whether checkpoint folder `p` is whole: locally always (renamed once whole), in a store once its manifest is"
-    return isinstance(p, Path) or (p/manifest_name).exists()
-
-def _checkpoints(path):
-    "Checkpoint folders in `path`, oldest first"
-    found = [((int(m[3]), int(m[1]), int(m[2])), p) for p in as_path(path).glob('ckpt-*')
-             if (m := _ckpt_re.match(p.name))]
-    return [p for _,p in sorted(found, key=lambda o: o[0]) if _written(p)]
-
-def _leftovers(path):
-    "What a kill or a failed write left in `path`: local `.tmp-` folders, a store's checkpoints without their manifest"
+def _scan(path):
+    """The checkpoint folders in `path`, oldest first, and what a kill or a failed write left there: local `.tmp-`
+    folders (a local checkpoint is renamed once whole), a store's checkpoints without their manifest (written last)"""
     path = as_path(path)
-    if isinstance(path, Path): return list(path.glob('.tmp-ckpt-*'))
-    return [p for p in path.glob('ckpt-*') if _ckpt_re.match(p.name) and not _written(p)]
+    found = [((int(m[3]), int(m[1]), int(m[2])), p) for p in path.glob('ckpt-*') if (m := _ckpt_re.match(p.name))]
+    found = [p for _,p in sorted(found, key=lambda o: o[0])]
+    if isinstance(path, Path): return found,list(path.glob('.tmp-ckpt-*'))
+    whole = [(p/manifest_name).exists() for p in found]
+    return [p for p,w in zip(found, whole) if w],[p for p,w in zip(found, whole) if not w]
+
+def _checkpoints(path): return _scan(path)[0]
+def _leftovers(path): return _scan(path)[1]
 
 def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to, or a store's URL
                      )->Path|StorePath|None:
@@ -91,7 +88,8 @@ def _prune(self:CheckpointCallback, saved):
     "Once a checkpoint was `saved` (none in flight): remove all but the `keep` newest, and what a kill left"
     if not (saved and self.learn.is_main_process): return
     def prune():
-        for p in _checkpoints(self.path)[: -self.keep] + _leftovers(self.path): rm_tree(p, first=manifest_name)
+        done,left = _scan(self.path)
+        for p in done[: -self.keep] + left: rm_tree(p, first=manifest_name)
     if isinstance(self.path, Path): return prune()
     self._pruned()
     self.pruning = threading.Thread(target=prune, name='prune-checkpoints') # a store's requests: off the training loop
