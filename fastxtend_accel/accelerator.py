@@ -15,18 +15,31 @@ from .patching import accelerate_state, reset_accelerate_state
 from .fsdp import build_accelerator
 
 # %% auto #0
-__all__ = ['init_attempt_group', 'make_accelerator', 'local_main_first', 'check_cpu_bf16']
+__all__ = ['init_attempt_group', 'restart_counts', 'make_accelerator', 'local_main_first', 'check_cpu_bf16']
 
 # %% ../nbs/07_accelerator.ipynb #ab7ab5f0
 def init_attempt_group(timeout=None # The process group's timeout (a `timedelta`); torch's default if None
                       ):
     "Under torchrun on CPU processes, start the gloo process group on store keys of this attempt alone"
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
-    if attempt is None or not _cpu_processes() or not dist.is_available() or dist.is_initialized(): return
+    if attempt is None or not _cpu_processes() or not dist.is_available(): return
     kw = {} if timeout is None else dict(timeout=timeout)
+    if dist.is_initialized(): # by `local_main_first`, before `Learner.accelerate` named the timeout
+        if timeout is not None: dist.distributed_c10d._set_pg_timeout(timeout)
+        return
+    # one agent counts the attempts alone; several (nodes) count them apart, a node that joins from 0: keys by the count
+    # would keep them apart. There torchrun's store of each attempt's own (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1) serves
+    env = os.environ
+    if env.get('TORCHELASTIC_USE_AGENT_STORE') != 'True' or env.get('GROUP_WORLD_SIZE', '1') != '1': return
     store,rank,world = next(dist.rendezvous('env://', **kw))
     store = dist.PrefixStore(f'attempt-{attempt}', store) # keys of this attempt alone
     dist.init_process_group('gloo', store=store, rank=rank, world_size=world, **kw)
+
+# %% ../nbs/07_accelerator.ipynb #961c78c4
+def restart_counts()->dict:
+    "How many times the launcher restarted this run, by launcher: torchrun's attempts, SLURM's requeues"
+    env = dict(torchrun='TORCHELASTIC_RESTART_COUNT', SLURM='SLURM_RESTART_COUNT')
+    return {k: int(os.environ.get(v) or 0) for k,v in env.items()}
 
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):

@@ -12,3 +12,6 @@ from .checksums import *
 from .state import *
 from .resume import *
 from .checkpoint import *
+from .monitors import *
+from .trackers import *
+from .profiler import *

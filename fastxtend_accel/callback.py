@@ -4,6 +4,7 @@
 
 # %% ../nbs/08_callback.ipynb #2d12a451
 from __future__ import annotations
+import sys
 from contextlib import ExitStack
 import torch
 from torch import nn
@@ -133,6 +134,9 @@ def accelerate(self:Learner,
     "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
+    if kwargs.get('log_with') and 'fastxtend_accel.trackers' not in sys.modules:
+        warn("`log_with` starts Accelerate's trackers, but the fit's values reach them once `fastxtend_accel.trackers` "
+             "is imported: `from fastxtend_accel.trackers import *` (or `fastxtend_accel.all`)")
     return self.add_cb(cb)
 
 # %% ../nbs/08_callback.ipynb #818893fb

@@ -12,6 +12,7 @@ from fastai.basics import *
 from .patching import epoch_order, worker_init, set_worker_init
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL
+from .accelerator import restart_counts
 from .collectives import *
 from .rng import train_loader
 from .codec import read_state_file
@@ -68,14 +69,17 @@ class CheckpointCallback(Callback):
         store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
         self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
+        # how many times the run was resumed, and what stopped it last ('SIGTERM', ...; None: killed, or it failed)
+        self.resumes,self.last_stop = 0,None
         self.nested,self.old_handlers,self.quieted = 0,{},[]
 
 # %% ../nbs/16_checkpoint.ipynb #e1e0f648
 @patch
-def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False):
+def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False, stop=None):
     learn,g = self.learn,global_bs(self.learn)
     pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
-               order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps)
+               order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps,
+               resumes=self.resumes, stop=stop)
     self._prune(learn.finish_save()) # the previous one
     self._pruned() # no prune of a store runs while a checkpoint is written there
     learn.save_state(
@@ -113,11 +117,11 @@ def after_batch(self:CheckpointCallback):
     stepped = learn.accelerator is None or learn.accelerator.sync
     if not stepped: return
     self.steps += 1
-    stop = self.signalled
+    stop = int(self.signalled) # the signal's number
     if self.on_signal and is_distributed(learn):
-        stop = bool(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
+        stop = int(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
     if stop or (self.every_steps and self.steps % self.every_steps == 0):
-        self._checkpoint(learn.epoch, learn.iter + 1, wait=stop)
+        self._checkpoint(learn.epoch, learn.iter + 1, wait=bool(stop), stop=signal.Signals(stop).name if stop else None)
     if stop: self._pruned(); self._remove_handlers(); raise SystemExit(0)
 
 @patch
@@ -128,10 +132,10 @@ def after_epoch(self:CheckpointCallback):
 # %% ../nbs/16_checkpoint.ipynb #6fe55994
 @patch
 def _install_handlers(self:CheckpointCallback):
-    self.signalled,self.old_handlers = False,{}
+    self.signalled,self.old_handlers = 0,{}
     if not self.on_signal or threading.current_thread() is not threading.main_thread(): return
     def handler(signum, frame):
-        if self.learn is not None and self.learn.in_fit: self.signalled = True; return
+        if self.learn is not None and self.learn.in_fit: self.signalled = signum; return
         old = self.old_handlers.get(signum) # the fit ended without `after_fit` (it raised): hand the signal on
         self._remove_handlers()
         if callable(old): old(signum, frame)
@@ -199,6 +203,7 @@ def before_fit(self:CheckpointCallback):
     # load on the checkpoint's own fit: what runs between fits (`freeze`, `unfreeze`) resets the optimizer
     self.resumption = Resumption(learn, self.ckpt, verified=True)
     p,n = self.resumption.p,learn.accelerator.num_processes if learn.accelerator else 1
+    self.resumes,self.last_stop = p.get('resumes', 0) + 1,p.get('stop')
     if learn.is_main_process: self._tell_resume(p, global_bs(learn), n)
     self.ckpt,self.steps = None,p['steps']
     progress = getattr(learn, 'progress', None) # fastprogress's bar must start at 0 before it can show a later epoch
@@ -216,9 +221,13 @@ def after_fit(self:CheckpointCallback):
 @patch
 def _tell_resume(self:CheckpointCallback, p, g, n):
     "On the main process: say which checkpoint the fit resumes from; warn if its global batch `g` differs"
+    why = (f'it stopped on {self.last_stop}' if self.last_stop else
+           'it stopped without a checkpoint of its own (killed, or it failed): the steps since that one run again')
+    restarts = [f'{k} restart {v}' for k,v in restart_counts().items() if v]
     print(
         f'Resuming from {self.ckpt}'
         + (f" (written by {p['world_size']} process(es), now {n})" if p.get('world_size', n) != n else '')
+        + f"; resume {self.resumes} of this run: {why}" + (f" ({', '.join(restarts)})" if restarts else '')
     )
     if p.get('global_bs', g) == g: return
     warn(f"Checkpoint {self.ckpt} was trained on batches of {p['global_bs']} items, this run's have {g} ({n} "

@@ -122,3 +122,14 @@ def test_bench_store_smoke():
         assert float(row[0]) > 0 and float(row[1]) > 0 and re.fullmatch(rf'{NUM}x', row[2]), (mode, row)
     m = re.search(rf'^target: .* <= ({NUM}): ({NUM})x -> (PASS|FAIL)$', out, re.M)
     assert m and judged(float(m[2]), float(m[1]), m[3]), out
+
+def test_bench_monitors_smoke():
+    "The monitors' cost per step: every variant's row, its ratio to the fit without them, the verdict from that ratio"
+    out = bench('bench_monitors.py', '--steps', 4, '--repeats', 1, '--hidden', 32, '--bs', 16)
+    for variant in ('monitors off', 'ThroughputCallback', 'ThroughputCallback(phases=False)', 'monitor() (throughput, memory)',
+                    'monitor() + TensorBoard every 10 steps'):
+        timing(out, variant)
+    assert cells(out, 'monitors off')[2] == '1.000x'
+    m = re.search(rf'^target: monitor\(\) / monitors off <= ({NUM})x: ({NUM})x -> (PASS|FAIL)$', out, re.M)
+    assert m and cells(out, 'monitor() (throughput, memory)')[2] == f'{m[2]}x', out
+    assert judged(float(m[2]), float(m[1]), m[3]), m[0]

@@ -1,13 +1,14 @@
 """Sharded checkpoints (torch.distributed.checkpoint) on real launches: resume on another number of processes and on two nodes,
 asynchronous saves killed mid-write, FSDP2 shards. Judged by the files the processes write (gloo may abort at exit)."""
-import sys
+import os, signal, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 import numpy as np, pytest, torch
 from fastai.basics import Callback, L, OptimWrapper
 from fastai.optimizer import ranger
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights
-from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group
+from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
+from fastxtend_accel.requeue import descendants
 from conftest import SCRIPTS
 
 RESUME = SCRIPTS/'dcp_resume.py'
@@ -68,15 +69,78 @@ def test_two_nodes_then_other_process_counts(tmp_path, reference):
     for r in d: close(r['params'], reference[0])
     np.testing.assert_allclose(d[0]['values'], reference[1], atol=1e-6)
 
+def restarted(out, tag, *args):
+    """dcp_resume.py under `torchrun --max-restarts 2` on 2 processes, each ending itself when stuck for 60 s (`WatchdogCallback`:
+    a loader worker forked at the wrong moment can block forever in CPython 3.11, rarely); its result, once both finished"""
+    res = run_cmd(torchrun_cmd(2, '--max-restarts', '2') + [RESUME, out, '--tag', tag, '--watchdog', 60, *args], check=False)
+    assert all((out/f'{tag}-rank{i}.pt').exists() for i in range(2)), res.stdout[-2000:] + res.stderr[-4000:]
+    return res
+
+def stuck(res):
+    "Whether a process of the launch was stuck and ended by its watchdog (the job then restarted once more than planned)"
+    return 'WatchdogCallback: no batch ended' in res.stderr
+
 def test_torchrun_restart_after_both_processes_killed(tmp_path, reference):
     """`torchrun --max-restarts 1`: both processes SIGKILLed mid-epoch, and in the restarted attempt process 1 starts 4 s late,
     so process 0 meets torchrun's store first. Each attempt's gloo group meets on keys of its own (without, process 0 read the
     killed attempt's addresses: `Gloo connectFullMesh failed ... Connection refused`), and the fit resumes exactly"""
-    res = run_cmd(torchrun_cmd(2, '--max-restarts', '1') + [RESUME, tmp_path, '--tag', 'r', '--kill-at', '1,5', '--late-start', 4],
-                  check=False)
-    assert all((tmp_path/f'r-rank{i}.pt').exists() for i in range(2)), res.stdout[-2000:] + res.stderr[-4000:]
+    res = restarted(tmp_path, 'r', '--kill-at', '1,5', '--late-start', 4)
     r = results(tmp_path, 'r', 2)
-    assert [x['attempt'] for x in r] == [1, 1] and [x['resumed_from'] for x in r] == ['ckpt-e0001-b000004-f000']*2
+    if not stuck(res): assert [x['attempt'] for x in r] == [1, 1] and [x['resumed_from'] for x in r] == ['ckpt-e0001-b000004-f000']*2
+    for x in r: close(x['params'], reference[0])
+    np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
+
+@pytest.mark.parametrize('case,args,resumed', [
+    ('one killed', ['--kill-at', '1,5', '--fail-ranks', '1'], 'ckpt-e0001-b000004-f000'),
+    ('one raising', ['--kill-at', '1,5', '--fail', 'raise', '--fail-ranks', '1'], 'ckpt-e0001-b000004-f000'),
+    # frozen: the other waits in DDP's gradient all-reduce until the process group's timeout (15 s), fails, and torchrun ends
+    # the frozen one (SIGKILL, 30 s after its SIGTERM); with the default timeout (30 min) the same, later
+    ('one frozen', ['--kill-at', '1,5', '--fail', 'stop', '--fail-ranks', '1', '--pg-timeout', '15'], 'ckpt-e0001-b000004-f000'),
+    # killed once its shard of the next checkpoint is written: that one is incomplete, the one before is resumed
+    ('killed writing', ['--kill-in-write', 'ckpt-e0001-b000004', '--fail-ranks', '1'], 'ckpt-e0001-b000001-f000'),
+])
+def test_torchrun_restart_after_one_process_fails(tmp_path, reference, case, args, resumed):
+    """`torchrun --max-restarts 1`: process 1 fails mid-epoch while process 0 goes on into the next collective (it fails there
+    in turn, and torchrun restarts both); the restarted attempt resumes from the newest whole checkpoint, exactly"""
+    res = restarted(tmp_path, 'f', *args)
+    r,out = results(tmp_path, 'f', 2),res.stdout + res.stderr
+    if not stuck(res):
+        assert [x['attempt'] for x in r] == [1, 1] and [x['resumed_from'] for x in r] == [resumed]*2
+        assert 'resume 1 of this run: it stopped without a checkpoint of its own (killed, or it failed)' in out
+        assert 'torchrun restart 1' in out
+    assert not list((tmp_path/'ckpt').glob('.tmp-*')) # what the failed write left was removed
+    for x in r: close(x['params'], reference[0])
+    np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
+
+def test_elastic_node_lost_then_back(tmp_path, reference):
+    """`torchrun --nnodes 1:2` on two simulated nodes of one process each (c10d rendezvous on localhost; a store of each round's
+    own, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). Node B, its agent and its process, is killed mid-epoch: node A goes on alone
+    from the newest checkpoint. B comes back: torchrun stops A's process (SIGTERM: it checkpoints) and both go on together.
+    The fit ends where one uninterrupted process does."""
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv-backend', 'c10d',
+           '--rdzv-endpoint', f'localhost:{free_port()}', '--rdzv-conf', 'last_call_timeout=3', '--max-restarts', '3',
+           '--monitor-interval', '1', RESUME, tmp_path, '--tag', 'e', '--sleep', 0.25]
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONWARNINGS': 'ignore', 'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'}
+    def node(k): # its output in a file: a pipe nobody reads would fill up and stop it
+        with open(tmp_path/f'{k}.log', 'w') as log:
+            return subprocess.Popen(list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    def log(*ks): return ''.join((tmp_path/f'{k}.log').read_text() for k in ks)
+    def progress(): return tuple(map(int, (tmp_path/'progress-e').read_text().split())) if (tmp_path/'progress-e').exists() else ()
+    nodes = [node('A')]
+    try:
+        time.sleep(4) # A hosts the rendezvous' store (the first to take the port), as the node of --rdzv-endpoint would
+        nodes.append(node('B'))
+        wait_for(lambda: progress() >= (0, 8), timeout=180)
+        for p in descendants(nodes[1].pid) + [nodes[1].pid]: os.kill(p, signal.SIGKILL)
+        wait_for(lambda: 'now 1)' in log('A'), timeout=180) # A resumed alone
+        nodes.append(node('B2'))
+        assert [p.wait(300) for p in (nodes[0], nodes[2])] == [0, 0], log('A', 'B2')[-5000:]
+    finally:
+        for p in nodes: p.kill() if p.poll() is None else None
+    out = log('A', 'B2')
+    assert 'written by 2 process(es), now 1); resume 1 of this run: it stopped without a checkpoint of its own' in out
+    assert 'written by 1 process(es), now 2); resume 2 of this run: it stopped on SIGTERM' in out
+    r = results(tmp_path, 'e', 2)
     for x in r: close(x['params'], reference[0])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
 

@@ -24,6 +24,9 @@ echo "notebooks and modules in sync"
 # tests/test_docs.py opens every page in Debian's Chromium, installed here when missing
 command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "chromium not installed"
 bash tools/docs.sh
+# tests/test_slurm.py starts a one-node SLURM cluster (Debian's slurm-wlm and munge), installed here when missing
+command -v slurmctld >/dev/null && command -v munged >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null ||
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; } || echo "slurm-wlm not installed"
 
 # inductor's on-disk cache doesn't tell the two apart: kernels compiled for this CPU, reused as if for AVX2, gave NaN
 avx2_cache=$(mktemp -d)
