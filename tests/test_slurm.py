@@ -53,10 +53,10 @@ from fastxtend_accel.requeue import sbatch_script
 from fastxtend_accel.test_utils import torchrun_cmd
 from test_dcp import RESUME, reference, results, close # the uninterrupted fit, in one process
 
-def _train(slurm, out, n, *opts):
-    "Submit dcp_resume.py on `n` processes (under torchrun if n > 1), slowed to ~0.3 s a batch; the job's id"
-    cmd = ' '.join(map(str, ([sys.executable] if n == 1 else torchrun_cmd(n)) + [RESUME, out, '--tag', 's', '--sleep', 0.3]))
-    script = sbatch_script(cmd, warn=60, requeue=str(Path(sys.executable).parent/'fastxtend-requeue'),
+def _train(slurm, out, n, *opts, sleep=0.3, time=None, warn=60):
+    "Submit dcp_resume.py on `n` processes (under torchrun if n > 1), slowed to `sleep` s a batch; the job's id"
+    cmd = ' '.join(map(str, ([sys.executable] if n == 1 else torchrun_cmd(n)) + [RESUME, out, '--tag', 's', '--sleep', sleep]))
+    script = sbatch_script(cmd, time=time, warn=warn, requeue=str(Path(sys.executable).parent/'fastxtend-requeue'),
                            sbatch=['--export=ALL,OMP_NUM_THREADS=1,PYTHONWARNINGS=ignore', f'--cpus-per-task={slurm.cpus}', *opts])
     return slurm.sbatch(script)
 
@@ -108,3 +108,15 @@ def test_requeued_by_preemption(slurm, tmp_path, reference):
     slurm.wait(high, 'COMPLETED', timeout=60)
     log = _resumed_exactly(slurm, j, tmp_path, 2, reference)
     assert 'DUE TO PREEMPTION' in log
+
+def test_requeued_at_time_limit(slurm, tmp_path, reference):
+    """A real time limit: 1 minute, USR1 to the batch shell 59 s before it, which slurmctld (checking every 30 s) sends 1 to 31 s
+    after the job starts. Every run of the job that gets it checkpoints and is requeued, until one finishes; exact"""
+    j = _train(slurm, tmp_path, 1, sleep=0.6, time='1', warn=59) # ~40 s in all: the first run is stopped
+    info = slurm.wait(j, 'COMPLETED', timeout=400, restarts=1)
+    log,n = slurm.output(j),int(info['Restarts'])
+    assert log.count(f'fastxtend-requeue: stopped on SIGUSR1; SLURM job {j} requeued') == n, log[-3000:]
+    r = results(tmp_path, 's', 1)
+    close(r[0]['params'], reference[0])
+    np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
+    assert not _gone(slurm, j)
