@@ -8,7 +8,6 @@ import numbers
 from fastcore.meta import delegates
 from fastai.basics import *
 from fastai.callback.schedule import ParamScheduler
-from accelerate import Accelerator
 from accelerate.utils import LoggerType
 from accelerate import utils as accelerate_utils
 from .patching import kept
@@ -161,18 +160,13 @@ def after_fit(self:TrackersCallback):
 _pre_trackers_accelerate = kept(Learner, 'accelerate', 'pre_trackers')
 
 @patch
-@delegates(_pre_trackers_accelerate)
-def accelerate(self:Learner,
-    # A ready `Accelerator`; if None, one is built from `kwargs`, `accelerate config` and launch flags
-    accelerator:Accelerator|None=None,
-    sync_bn:bool=False, # Convert BatchNorm layers to `nn.SyncBatchNorm` on several processes (CUDA only)
-    # Average `learn.smooth_loss` over processes at every batch (a collective each), not only at each epoch's end
-    smooth_loss_every_batch:bool=False,
+@delegates(_pre_trackers_accelerate, keep=True) # its parameters, documented there
+def accelerate(self:Learner, *args,
     **kwargs # Passed to `Accelerator`: `log_with` and `project_dir` for trackers, `mixed_precision`, ...
 ):
     "Train with Hugging Face Accelerate; with `log_with`, send the fit to its trackers (`TrackersCallback`)"
     check_trackers(kwargs.get('log_with'))
-    _pre_trackers_accelerate(self, accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
+    _pre_trackers_accelerate(self, *args, **kwargs)
     if self.accelerator.accelerator.log_with and not any(isinstance(cb, TrackersCallback) for cb in self.cbs):
         self.add_cb(TrackersCallback())
     return self
