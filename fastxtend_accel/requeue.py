@@ -129,18 +129,18 @@ class WatchdogCallback(Callback):
     ): store_attr(); self.runs = 0
 
     def before_fit(self):
-        self.last = time.monotonic()
+        self.last = [time.monotonic()] # a list: setting a fastai callback's attribute each batch costs more
         if not self.learn.in_fit or getattr(self, 'watching', False): return # a `validate`, or one inside this fit
         self.runs += 1
         self.watching = True
         threading.Thread(target=self._watch, args=(self.learn, self.runs), name='watchdog', daemon=True).start()
 
-    def after_batch(self): self.last = time.monotonic()
+    def after_batch(self): self.last[0] = time.monotonic()
 
     def _watch(self, learn, run):
         "Until the fit ends (`Learner.in_fit`, reset also when it raises): end the process once it is stuck"
         while learn.in_fit and run == self.runs:
-            if time.monotonic() - self.last > self.timeout: self._end()
+            if time.monotonic() - self.last[0] > self.timeout: self._end()
             time.sleep(self.poll)
         self.watching = False
 
@@ -164,4 +164,5 @@ def sbatch_script(cmd:str, # The training command: `python train.py`, `torchrun 
     sig = _signum(sig).name[3:]
     opts = [f'--job-name={name}', '--output=%x-%j.out', '--open-mode=append', '--requeue', f'--signal=B:{sig}@{warn}',
             *([f'--time={time}'] if time else []), *sbatch]
-    return '\n'.join(['#!/bin/bash', *[f'#SBATCH {o}' for o in opts], '', f'exec {requeue} --requeue-on {sig} -- {cmd}', ''])
+    lines = ['#!/bin/bash', *[f'#SBATCH {o}' for o in opts], '', f'exec {requeue} --requeue-on {sig} -- {cmd}']
+    return '\n'.join(lines) + '\n'
