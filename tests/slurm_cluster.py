@@ -9,6 +9,8 @@ import pytest
 
 COMMANDS = ('munged', 'slurmctld', 'slurmd', 'sbatch', 'scontrol')
 LOCK = Path('/tmp/fastxtend_accel_slurm.lock')
+# the states a job doesn't leave (a requeue or preemption goes through REQUEUED/PENDING instead)
+ENDED = ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE')
 
 def slurm_available(install=True) -> str|None:
     "None if a cluster can be started here, else why not; installs the packages with apt when missing and root"
@@ -151,7 +153,10 @@ PartitionName=high Nodes={host} PriorityTier=2 MaxTime=INFINITE State=UP
         while True:
             j = self.job(job_id)
             if j.get('JobState') in states and int(j.get('Restarts', 0)) >= restarts: return j
-            if time.monotonic()-t0 > timeout: raise TimeoutError(f'job {job_id} not {"/".join(states)} (restarts>={restarts}) after {timeout} s: {j}')
+            # a job that ended otherwise won't get there: say how it ended, and what it printed
+            if j.get('JobState') in ENDED or time.monotonic()-t0 > timeout:
+                raise AssertionError(f'job {job_id} not {"/".join(states)} (restarts>={restarts}) after '
+                                     f'{time.monotonic()-t0:.0f} s: {j}\n{self.output(job_id)[-3000:]}')
             time.sleep(0.2)
 
     def wait_restart(self, job_id, count=1, timeout=60) -> dict:

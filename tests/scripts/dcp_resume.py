@@ -10,7 +10,7 @@ from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.accelerator import local_main_first
 from fastxtend_accel.checkpoint import CheckpointCallback
-from fastxtend_accel.requeue import WatchdogCallback
+from fastxtend_accel.watchdog import WatchdogCallback
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
