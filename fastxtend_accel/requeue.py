@@ -120,7 +120,8 @@ def requeue_cmd(argv:list|None=None # The arguments; the command line's if None
     args = p.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ['--'] else args.cmd
     if not cmd: p.error("give the command to run after `--`")
-    sigs = [_signum(s) for s in args.requeue_on] # a bad name fails here, before anything runs
+    try: sigs = [_signum(s) for s in args.requeue_on] # a bad name fails here, before anything runs
+    except ValueError as e: p.error(str(e))
     # Ignored outside `run_requeueable`: at exit Python sets its handlers back to the default, which for USR1 ends
     # the process, and SLURM would count a job that finished its training as failed (seen: a signal in the last second)
     for s in {*sigs, signal.SIGTERM, signal.SIGINT}: signal.signal(s, signal.SIG_IGN)
