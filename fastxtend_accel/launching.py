@@ -5,6 +5,7 @@
 # %% ../nbs/00_launching.ipynb #e04101c0
 from __future__ import annotations
 import os, signal, socket, subprocess, sys, time
+import psutil
 from pathlib import Path
 from typing import Callable
 import torch
@@ -44,7 +45,14 @@ def run_cmd(cmd:list, # The command and its arguments
             check:bool=True # Raise if the command exits with an error
            )->subprocess.CompletedProcess:
     "Run `cmd` to the end and return its result, with stdout and stderr as text"
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=_env(env), cwd=cwd)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env),
+                            cwd=cwd, start_new_session=True)
+    try: out,err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired: # all of it ends, the launcher's workers too; what it printed says where it was
+        kill_group(proc)
+        out,err = proc.communicate()
+        raise subprocess.TimeoutExpired(proc.args, timeout, out, err) from None
+    res = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check and res.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {res.returncode}\n{res.stdout[-3000:]}\n"
                            f"{res.stderr[-5000:]}")
@@ -93,9 +101,14 @@ def kill_group(proc:subprocess.Popen, # A process started by `start_cmd`
                sig:int=signal.SIGKILL, # The signal to send
                timeout:float=120 # Seconds to wait for the process to end
               )->int:
-    "Send `sig` to `proc`'s process group and wait for `proc` to end; returns its exit code"
+    "Send `sig` to `proc`'s process group and to every process below it, and wait for `proc` to end; its exit code"
+    try: below = psutil.Process(proc.pid).children(recursive=True) # torchrun's workers have sessions of their own
+    except psutil.NoSuchProcess: below = []
     try: os.killpg(proc.pid, sig)
     except ProcessLookupError: pass
+    for p in below:
+        try: p.send_signal(sig)
+        except psutil.NoSuchProcess: pass
     return proc.wait(timeout)
 
 def signal_proc(proc:subprocess.Popen, # A process started by `start_cmd`
