@@ -4,6 +4,7 @@
 
 # %% ../nbs/02_collectives.ipynb #a78473e5
 from __future__ import annotations
+import os, sys, time
 from enum import Enum
 from typing import Protocol
 import torch
@@ -110,3 +111,11 @@ def is_main_process(self:Learner):
 def is_local_main_process(self:Learner):
     "Whether this is the first process on its machine"
     return self.accelerator is None or self.accelerator.is_local_main_process
+
+# %% ../nbs/02_collectives.ipynb #da6d921a
+def _settle_before_fork():
+    "Let a thread creating its Python thread state (gloo's, freeing a collective's tensors) finish before a fork"
+    time.sleep(0.001) # the GIL released: a thread waiting for it runs on, and is done
+    sys._current_frames() # takes and releases the lock that a child forked while it is held waits for forever
+
+if sys.version_info < (3, 11, 10): os.register_at_fork(before=_settle_before_fork)
