@@ -283,7 +283,7 @@ def before_step(self:AcceleratorCallback):
 @patch
 def step(self:AcceleratorCallback):
     "Step the optimizer, through Accelerate's `AcceleratedOptimizer` where it has work to do"
-    if self.plain_step: self.learn.opt.step()
+    if self.plain_step: opt_method(self.learn.opt, 'step')()
     else: self.acc_opt.step()
 
 # %% ../nbs/08_callback.ipynb #6c226895

@@ -11,6 +11,7 @@ from fastai.basics import *
 from .patching import fastai_method
 from .data import ShardedDL
 from .collectives import *
+from .events import call_event, opt_method
 from .fsdp import forward_refused
 from .fsdp_values import gathered
 from .accelerator import local_main_first, make_accelerator
@@ -58,13 +59,45 @@ def to_detach(self:Learner, b, cpu=True, gather=True):
 
 # %% ../nbs/08a_core.ipynb #4af5857d
 _fastai_one_batch = fastai_method(Learner, 'one_batch')
+# the methods whose work the fused `one_batch` below does itself
+_loop_names = ('_do_one_batch', '_do_grad_opt', '_with_events', '_call_one', '__call__')
+_loop = tuple(vars(Learner)[n] for n in _loop_names)
+
+def _own_loop(learn):
+    "Whether `learn` runs the methods of `_loop`: no subclass or patch replaced one"
+    t = type(learn)
+    return ((t._do_one_batch, t._do_grad_opt, t._with_events, t._call_one, t.__call__) == _loop
+            and learn.__dict__.keys().isdisjoint(_loop_names))
 
 @patch
 def one_batch(self:Learner, i, b):
-    # a callback's own batch: this process alone
-    if is_distributed(self) and not self.accelerator.in_loop and not self.accelerator.fsdp:
-        with self.single_process(): return _fastai_one_batch(self, i, b)
-    return _fastai_one_batch(self, i, b)
+    "Train or evaluate on batch `b`, the `i`-th of the epoch; in an accelerated fit's own loop, in one function"
+    acc = self.accelerator
+    if acc is None or not acc.in_loop or not _own_loop(self):
+        # a callback's own batch: this process alone
+        if is_distributed(self) and not acc.in_loop and not acc.fsdp:
+            with self.single_process(): return _fastai_one_batch(self, i, b)
+        return _fastai_one_batch(self, i, b)
+    self.iter = i
+    self._split(self._set_device(b))
+    try:
+        call_event(self, 'before_batch')
+        self.pred = self.model(*self.xb)
+        call_event(self, 'after_pred')
+        if len(self.yb):
+            self.loss_grad = self.loss_func(self.pred, *self.yb)
+            self.loss = self.loss_grad.clone()
+        call_event(self, 'after_loss')
+        if self.training and len(self.yb):
+            try: call_event(self, 'before_backward'); self._backward()
+            except CancelBackwardException: call_event(self, 'after_cancel_backward')
+            call_event(self, 'after_backward')
+            try: call_event(self, 'before_step'); self._step()
+            except CancelStepException: call_event(self, 'after_cancel_step')
+            call_event(self, 'after_step')
+            opt_method(self.opt, 'zero_grad')()
+    except CancelBatchException: call_event(self, 'after_cancel_batch')
+    call_event(self, 'after_batch')
 
 # %% ../nbs/08a_core.ipynb #c638d27c
 @patch

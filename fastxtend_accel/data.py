@@ -8,16 +8,17 @@ import math, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset
 from fastai.basics import *
+import fastai.data.load
 from fastai.distributed import DistributedDL
 from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
-from .patching import own_fake_loader
+from .patching import fastai_method, own_fake_loader
 
 # %% auto #0
-__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl']
+__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl', 'batch_fetcher', 'to_device']
 
 # %% ../nbs/03_data.ipynb #b6913d79
 def is_lm_loader(dl):
@@ -187,3 +188,71 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
                          split_batches=getattr(acc, 'split_batches', False))
     raise TypeError(f"Can't shard a {type(dl).__name__} across processes: use a fastai `DataLoader` or a torch "
                     "`DataLoader`")
+
+# %% ../nbs/03_data.ipynb #4a9717fd
+_item_hooks = ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch', 'do_batch', 'retain', 'chunkify')
+
+def _default_hooks(dl):
+    "Whether `dl` makes items and batches as fastai's `DataLoader` does: no hook of its own, empty transform pipelines"
+    for n in _item_hooks:
+        if n in vars(dl):
+            own = vars(dl)[n]
+            if type(own) is not Pipeline or own.fs: return False
+        elif getattr(type(dl), n) is not getattr(DataLoader, n): return False
+    return True
+
+def _plain_rows(t):
+    "Whether `t[idxs]` is what `torch.stack` makes of the rows `t[i]` one by one: same values, same layout"
+    return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
+
+def _getter_rows(tl):
+    "`(t, items)` if `TfmdLists` `tl` gives item `k` as `t[items[k]]` (one plain getter over tensor `t`), else None"
+    if type(tl) is not TfmdLists or type(tl.tfms) is not Pipeline or len(tl.tfms.fs) != 1 or '_after_item' in vars(tl):
+        return None
+    tfm = tl.tfms.fs[0]
+    enc = getattr(tfm, 'encodes', None)
+    if type(tfm) is not Transform or tfm.split_idx is not None or hasattr(tfm, 'decodes'): return None
+    if len(getattr(enc, 'methods', ())) != 1: return None
+    f = getattr(enc, '_f', None) # the function `Transform(f)` was made of
+    t = getattr(f, '__self__', None)
+    if not (_plain_rows(t) and f == t.__getitem__): return None
+    if type(tl.items) is not list or set(map(type, tl.items)) != {int}: return None
+    return t,torch.tensor(tl.items)
+
+def batch_fetcher(dl # A fastai `DataLoader`
+                 ):
+    "The function from a batch's indices to the batch `dl` makes item by item, where one indexing does it; else None"
+    if not (dl.indexed and not dl.prebatched and _default_hooks(dl)): return None
+    ds = dl.dataset
+    if type(ds) is TensorDataset and all(_plain_rows(t) for t in ds.tensors):
+        ts = ds.tensors
+        return lambda idxs: tuple([t[idxs] for t in ts])
+    if type(ds) is Datasets:
+        rows = [_getter_rows(tl) for tl in ds.tls]
+        if None not in rows: return lambda idxs: tuple([t[items[idxs]] for t,items in rows])
+    return None
+
+# %% ../nbs/03_data.ipynb #7846c88a
+_fastai_create_batches = fastai_method(DataLoader, 'create_batches')
+
+@patch
+def create_batches(self:DataLoader, samps):
+    "The batches of indices `samps`: each in one fetch where `batch_fetcher` has one, else item by item"
+    fetch = batch_fetcher(self)
+    if fetch is None: yield from _fastai_create_batches(self, samps)
+    else:
+        if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
+        yield from map(fetch, self.chunkify(samps))
+
+# %% ../nbs/03_data.ipynb #4d27f87d
+_fastai_to_device = fastai_method(fastai.data.load, 'to_device')
+
+def to_device(b, device=None, non_blocking=False):
+    "Recursively put `b` on `device`; a tuple or list of plain tensors already there is returned as it is"
+    if device is not None and type(b) in (tuple, list) and defaults.use_cuda != False:
+        for t in b:
+            if type(t) is not Tensor or t.device != device: break
+        else: return b
+    return _fastai_to_device(b, device, non_blocking)
+
+fastai.data.load.to_device = to_device # `DataLoader.__iter__`'s

@@ -6,15 +6,20 @@
 from __future__ import annotations
 import weakref
 from fastai.basics import *
+from fastai.callback.core import _inner_loop
 from .patching import fastai_method, recorder_metrics
 from .evaluation import sync_smooth_loss
 
 # %% auto #0
-__all__ = ['reset_event_lists']
+__all__ = ['reset_event_lists', 'call_event', 'opt_method']
 
 # %% ../nbs/05_events.ipynb #6b870192
 _fastai_call_one = fastai_method(Learner, '_call_one')
-# learner -> {event name: its callbacks, in order; 'cbs': the callbacks they were made from}
+_fastai_callback_call = Callback.__call__ # what calling a callback's method directly stands for, within a batch
+# what `Callback.__call__` lets through as it is
+_cancels = (CancelBatchException, CancelBackwardException, CancelEpochException, CancelFitException,
+            CancelStepException, CancelTrainException, CancelValidException)
+# learner -> {event name: its (callback, bound method) pairs, in order; 'cbs': the callbacks they were made from}
 _event_lists = weakref.WeakKeyDictionary()
 
 def reset_event_lists(learn # A `Learner`
@@ -22,18 +27,37 @@ def reset_event_lists(learn # A `Learner`
     "Have `learn` make its per-event callback lists anew at the next event (after a callback changed its `idle_events`)"
     _event_lists.pop(learn, None)
 
+def _handlers(learn, name):
+    "`(callback, method)` for each callback that handles event `name`, in order; method None: call the callback"
+    if not hasattr(event, name): raise Exception(f'missing {name}')
+    def works(cb): return callable(getattr(cb, name, None)) and name not in getattr(cb, 'idle_events', ())
+    def direct(cb): return name in _inner_loop and type(cb).__call__ is _fastai_callback_call
+    cbs = [cb for cb in learn.cbs.sorted('order') if name == 'after_fit' or works(cb)]
+    return tuple((cb, getattr(cb, name) if direct(cb) else None) for cb in cbs)
+
+def call_event(learn, # An accelerated `Learner`
+               name:str # The event, e.g. 'after_pred'
+              ):
+    "Call event `name` on the callbacks of `learn` that handle it, as fastai's `Callback.__call__` would"
+    lists = _event_lists.get(learn)
+    if lists is None or lists['cbs'] != learn.cbs.items: lists = _event_lists[learn] = {'cbs': list(learn.cbs.items)}
+    try: handlers = lists[name]
+    except KeyError: handlers = lists[name] = _handlers(learn, name)
+    for cb,f in handlers:
+        if f is None: cb(name)
+        # fastai's test; with both flags set it passes whatever `training` is
+        elif cb.run and (cb.run_train and cb.run_valid or cb.run_train and getattr(cb, 'training', True)
+                         or cb.run_valid and not getattr(cb, 'training', False)):
+            try: f()
+            except _cancels: raise
+            except Exception as e:
+                raise modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event `{name}`:'
+                                          f'\n\t{e.args[0]}', replace=True)
+
 @patch
 def _call_one(self:Learner, event_name):
     if self.accelerator is None: return _fastai_call_one(self, event_name)
-    lists = _event_lists.get(self)
-    if lists is None or lists['cbs'] != self.cbs.items: lists = _event_lists[self] = {'cbs': list(self.cbs.items)}
-    cbs = lists.get(event_name)
-    if cbs is None:
-        if not hasattr(event, event_name): raise Exception(f'missing {event_name}')
-        def works(cb):
-            return callable(getattr(cb, event_name, None)) and event_name not in getattr(cb, 'idle_events', ())
-        cbs = lists[event_name] = [cb for cb in self.cbs.sorted('order') if event_name == 'after_fit' or works(cb)]
-    for cb in cbs: cb(event_name)
+    call_event(self, event_name)
 
 # %% ../nbs/05_events.ipynb #ab7638dc
 _fastai_call = fastai_method(Learner, '__call__')
@@ -83,3 +107,21 @@ def before_batch(self:CastToTensor):
     learn = self.learn
     if getattr(learn, 'accelerator', None) is None: return _fastai_cast_before_batch(self)
     learn.xb,learn.yb = _to_plain(learn.xb),_to_plain(learn.yb)
+
+# %% ../nbs/05_events.ipynb #fe9ec2da
+_fastai_train_eval_after_batch = fastai_method(TrainEvalCallback, 'after_batch')
+
+@patch
+def after_batch(self:TrainEvalCallback):
+    "Update the iter counter (in training mode)"
+    learn = self.learn
+    if learn.accelerator is None: return _fastai_train_eval_after_batch(self)
+    learn.pct_train += 1./(learn.n_iter*learn.n_epoch)
+    learn.train_iter += 1
+
+# %% ../nbs/05_events.ipynb #a9745905
+def opt_method(opt, # A fastai `Optimizer` or `OptimWrapper`
+               name:str # A method both have: 'step', 'zero_grad'
+              ):
+    "`opt.{name}`; for an `OptimWrapper`, its torch optimizer's, found without the wrapper's attribute lookup"
+    return getattr(opt.opt if type(opt) is OptimWrapper and name not in opt.__dict__ else opt, name)

@@ -133,3 +133,16 @@ def test_bench_monitors_smoke():
     m = re.search(rf'^target: monitor\(\) / monitors off <= ({NUM})x: ({NUM})x -> (PASS|FAIL)$', out, re.M)
     assert m and cells(out, 'monitor() (throughput, memory)')[2] == f'{m[2]}x', out
     assert judged(float(m[2]), float(m[1]), m[3]), m[0]
+
+def test_bench_peers_smoke():
+    "One interleaved repeat on 1 and 2 processes: every runner trained a whole epoch; ratios are those of the medians"
+    out = bench('bench_peers.py', '--procs', 1, 2, '--models', 'A', '--repeats', 1,
+                '--runners', 'torch', 'accelerate', 'accel')
+    for i,steps in enumerate((449, 224)): # 28,752 items in batches of 64 per process, the last one dropped
+        acc_wall = float(cells(out, 'Accelerate loop', i)[2])
+        for label in ('torch loop', 'Accelerate loop', 'fastxtend_accel Learner, from_dsets'):
+            runs,n,wall,span,vs_acc,vs_torch,cpu,*_,loss,acc = cells(out, label, i)
+            assert (runs, n) == ('1', str(steps)) and float(loss) < 0.2 and float(acc) > 0.95, (label, out)
+            # the ratio of the unrounded medians; these are rounded to 3 decimals
+            assert abs(float(vs_acc[:-1]) - float(wall)/acc_wall) < 2e-3, (label, out)
+        assert cells(out, 'Accelerate loop', i)[4] == '1.000x' and cells(out, 'torch loop', i)[5] == '1.000x'

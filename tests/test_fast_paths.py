@@ -1,0 +1,153 @@
+"The per-step shortcuts (whole-batch fetch, event lists, fused `one_batch`) give fastai's batches and fits, bit for bit"
+import cProfile, pstats, sys
+from functools import partial
+from types import MethodType
+import pytest, torch
+from torch.optim import AdamW
+from torch.utils.data import TensorDataset, DataLoader as TorchDL
+from torch import nn
+from fastai.basics import (Callback, DataLoader, DataLoaders, Datasets, Learner, OptimWrapper, RandomSplitter, TfmdDL,
+                           range_of, set_seed)
+from fastxtend_accel.test_utils import (digits_tensors, synth_learner_digits, datablock_learner, synth_lm_learner,
+                                        run_cmd)
+from fastxtend_accel.data import ShardedDL, batch_fetcher
+import fastxtend_accel.core # `.accelerate()`
+
+def _digits_dls(kind, bs=32, **kw):
+    "Loaders of 300 digits: a `Datasets` of tensor getters (as `synth_learner_digits`) or `TensorDataset`s"
+    x,y = digits_tensors(300)
+    splits = RandomSplitter(0.2, seed=0)(range_of(x))
+    set_seed(1) # the loaders' shuffling
+    if kind == 'datasets':
+        return Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=splits).dataloaders(bs=bs, **kw)
+    return DataLoaders.from_dsets(*(TensorDataset(x[s], y[s]) for s in splits), bs=bs, **kw)
+
+def _item_by_item(dl):
+    "`dl`, making its batches with fastai's per-item `create_batches`"
+    dl.create_batches = MethodType(DataLoader._fastai_create_batches, dl)
+    return dl
+
+def _epochs(dl, n=3):
+    "`n` epochs of `dl`, each tensor as its type, dtype, shape, strides and bytes"
+    return [tuple((type(t), t.dtype, t.shape, t.stride(), t.numpy().tobytes()) for t in b)
+            for _ in range(n) for b in dl]
+
+@pytest.mark.parametrize('kind', ['datasets', 'tensords'])
+@pytest.mark.parametrize('kw', [dict(drop_last=True), dict(drop_last=False), dict(num_workers=2, drop_last=True)],
+                         ids=['drop_last', 'ragged', 'workers'])
+def test_same_batches_as_item_by_item(kind, kw):
+    "Shuffled epochs, with and without `drop_last`, in worker processes: the same batches as fastai's per-item path"
+    fast,slow = _digits_dls(kind, **kw),_digits_dls(kind, **kw)
+    for a,b in zip(fast.loaders, slow.loaders): # training (shuffled), validation
+        assert batch_fetcher(a) is not None
+        batches = _epochs(a)
+        assert batches == _epochs(_item_by_item(b))
+    n = 7 if kw['drop_last'] else 8 # 240 items at bs 32
+    assert len(_epochs(fast.train, 1)) == n == len(_epochs(slow.train, 1))
+    assert torch.equal(fast.one_batch()[0], slow.one_batch()[0])
+
+@pytest.mark.parametrize('split_batches', [False, True])
+def test_same_shards_as_item_by_item(split_batches):
+    "Both processes' shards of shuffled epochs (`ShardedDL`, as on 2 processes): fastai's per-item batches"
+    for rank in (0, 1):
+        fast,slow = (ShardedDL(_digits_dls('datasets').train, rank=rank, world_size=2, split_batches=split_batches)
+                     for _ in range(2))
+        _item_by_item(slow.dl)
+        assert _epochs(fast) == _epochs(slow)
+
+def test_ineligible_loaders_fall_back():
+    "An item transform, a `DataBlock`, a custom `create_item`, a dataset subclass: fastai's per-item path"
+    x,y = digits_tensors(64)
+    dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]])
+    class MyTensorDataset(TensorDataset): pass
+    loaders = [TfmdDL(dsets, bs=16, after_item=lambda o: o), TfmdDL(dsets, bs=16, create_item=lambda i: dsets[i]),
+               datablock_learner(n=64).dls.train, TfmdDL(MyTensorDataset(x, y), bs=16), synth_lm_learner().dls.train]
+    assert [batch_fetcher(dl) for dl in loaders] == [None]*len(loaders)
+    assert batch_fetcher(TfmdDL(dsets, bs=16)) is not None
+
+# a fit with a fastai optimizer and a torch one, metrics, a schedule, clipping and a cancelled step; what is compared
+_FIT = """
+import sys, torch
+from functools import partial
+from fastai.basics import *
+from fastai.callback.all import *
+from torch.optim import AdamW
+from fastxtend_accel.test_utils import synth_learner_digits
+mode = sys.argv[1]
+if mode != 'stock':
+    from fastxtend_accel.core import *
+    from fastxtend_accel.data import batch_fetcher
+class SkipStep(Callback):
+    def before_step(self):
+        if self.learn.train_iter == 3: raise CancelStepException()
+class SlowLoop(Learner): # a subclass replacing a part of the loop: fastai's `one_batch`
+    def _do_one_batch(self): super()._do_one_batch()
+res = {}
+for opt in ('fastai', 'torch'):
+    kw = {} if opt == 'fastai' else dict(opt_func=partial(OptimWrapper, opt=AdamW))
+    learn = synth_learner_digits(n=512, bs=32, **kw)
+    if mode == 'slow': # per-item batches (an item transform that changes nothing), fastai's `one_batch`
+        dls = DataLoaders(*[dl.new(after_item=lambda o: o) for dl in learn.dls.loaders], device='cpu')
+        for new,old in zip(dls.loaders, learn.dls.loaders): new.rng = old.rng # the same shuffles
+        learn = SlowLoop(dls, learn.model, loss_func=learn.loss_func, metrics=accuracy, **kw)
+    if mode != 'stock':
+        learn.accelerate()
+        assert (batch_fetcher(learn.dls.train) is None) == (mode == 'slow')
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2, cbs=[GradientClip(0.5), SkipStep()])
+    r = learn.recorder
+    opt_state = learn.opt.opt.state if opt == 'torch' else learn.opt.state
+    res[opt] = dict(values=r.values, losses=[l.item() for l in r.losses], lrs=r.lrs, iters=learn.train_iter,
+                    weights=[p.detach().clone() for p in learn.model.parameters()],
+                    opt_state=[{k: v.clone() if torch.is_tensor(v) else v for k,v in s.items()}
+                               for s in opt_state.values()],
+                    preds=learn.get_preds()[0])
+torch.save(res, sys.argv[2])
+"""
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor): return torch.equal(a, b)
+    if isinstance(a, dict): return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)): return len(a) == len(b) and all(_same(x, y) for x,y in zip(a, b))
+    return a == b
+
+def test_fit_bit_identical(tmp_path):
+    "An accelerated fit on one process, with the shortcuts and without them, and stock fastai's: the same bits"
+    res = {}
+    for mode in ('stock', 'fast', 'slow'):
+        run_cmd([sys.executable, '-c', _FIT, mode, tmp_path/f'{mode}.pt'])
+        res[mode] = torch.load(tmp_path/f'{mode}.pt', weights_only=False)
+    for opt in ('fastai', 'torch'):
+        assert len(res['stock'][opt]['losses']) == 24 and res['stock'][opt]['iters'] == 24
+        for k in res['stock'][opt]:
+            assert _same(res['fast'][opt][k], res['stock'][opt][k]), (opt, k)
+            assert _same(res['slow'][opt][k], res['stock'][opt][k]), (opt, k)
+
+class _Profile(Callback):
+    "Counts the Python calls of training steps `start` to `start+n` (cProfile)"
+    order = 100
+    def __init__(self, start=5, n=20): self.start,self.n,self.prof = start,n,cProfile.Profile()
+    def after_batch(self):
+        if not self.learn.training: return
+        if self.learn.iter == self.start: self.prof.enable()
+        elif self.learn.iter == self.start + self.n: self.prof.disable()
+    @property
+    def per_step(self): return pstats.Stats(self.prof).total_calls/self.n
+
+def _calls_per_step(dls):
+    learn = Learner(dls, synth_learner_digits(n=64).model, loss_func=nn.CrossEntropyLoss(),
+                    opt_func=partial(OptimWrapper, opt=AdamW)).accelerate()
+    prof = _Profile()
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-3, cbs=prof)
+    return prof.per_step
+
+def test_calls_per_step():
+    "Python calls of an accelerated training step (bs 32, an MLP, AdamW): deterministic, measured with some margin"
+    x,y = digits_tensors()
+    tds = TensorDataset(x, y)
+    dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=[range(1500), range(1500, 1797)])
+    set_seed(0)
+    # 482 and 481 measured (3,410 and 1,221 before the shortcuts)
+    assert _calls_per_step(dsets.dataloaders(bs=32, num_workers=0)) < 560
+    assert _calls_per_step(DataLoaders.from_dsets(tds, tds, bs=32, num_workers=0)) < 560
+    # 683 measured (828 before)
+    assert _calls_per_step(DataLoaders(TorchDL(tds, batch_size=32, shuffle=True), TorchDL(tds, batch_size=32))) < 780
