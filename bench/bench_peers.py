@@ -1,17 +1,17 @@
 """Peers side by side: each framework's training loop as its users write it, on one workload, in fresh processes.
 
-    .venv/bin/python bench/bench_peers.py --repeats 3  # all runners, 1 and 2 processes, models A and B: ~25 min, 2 CPUs
+    .venv/bin/python bench/bench_peers.py --repeats 3  # all runners, 1 and 2 processes, models A, B, C: ~40 min, 2 CPUs
     .venv/bin/python bench/bench_peers.py --procs 1 --models A --repeats 3 --runners torch accelerate accel   # ~1 min
     .venv/bin/python bench/bench_peers.py --calls       # function calls per step instead (cProfile, 1 process): ~4 min
 
 Workload: scikit-learn's digits repeated 16 times (28,752 items; if scikit-learn is missing, random data of that shape
-from a fixed seed), model A an MLP 64-256-256-10, model B a small CNN on the 8x8 images, AdamW (torch's defaults),
-batches of 64 per process, one thread per process. Each run is a fresh process (or 2, started by torchrun) that trains
-20 warm-up batches, then one whole epoch, timed on rank 0 by the wall clock and by the process's CPU time. Runs are
-interleaved: each repeat runs every (runner, processes, model) once, in an order rotated from repeat to repeat. Tables
-give medians of ms per optimizer step, min-max, ratios of medians to the hand-written Accelerate loop and to the plain
-torch loop, and, so that a broken runner can't look fast, the steps of the timed epoch and the loss and accuracy of the
-trained model on the training data.
+from a fixed seed), model A an MLP 64-256-256-10, model B a small CNN on the 8x8 images, model C a mid-size MLP
+64-1024-1024-1024-10, AdamW (torch's defaults), batches of 64 per process, one thread per process. Each run is a fresh
+process (or 2, started by torchrun) that trains 20 warm-up batches, then one whole epoch, timed on rank 0 by the wall
+clock and by the process's CPU time. Runs are interleaved: each repeat runs every (runner, processes, model) once, in an
+order rotated from repeat to repeat. Tables give medians of ms per optimizer step, min-max, ratios of medians to the
+hand-written Accelerate loop and to the plain torch loop, and, so that a broken runner can't look fast, the steps of the
+timed epoch and the loss and accuracy of the trained model on the training data.
 
 Runners (`--runners`; `peer_runners.py` writes them): `torch` (DDP on 2 processes), `accelerate`, stock `fastai`
 (1 process only: fastai 2.8.12's `DistributedDL` calls `.cuda()`), fastxtend_accel's accelerated `Learner` over four
@@ -51,14 +51,17 @@ ONE_PROCESS = {k: "fastai 2.8.12's DistributedDL calls .cuda(), so stock fastai 
                for k in RUNNERS if k.startswith('fastai')}
 LIGHTNING_VENV = Path.home()/'.cache'/'fastxtend_accel'/'venv-bench'
 WARMUP,CALL_STEPS = 20,200
+MODELS = 'model A: MLP 64-256-256-10, B: CNN conv16-conv32/2-linear, C: MLP 64-1024-1024-1024-10'
 
 # ---- in each run's processes
 
 def models():
-    "Model A, an MLP on the 64 pixels as a vector, and model B, a small CNN on them as a 1x8x8 image"
+    "Model A, an MLP on the 64 pixels as a vector, B, a small CNN on them as a 1x8x8 image, and C, a mid-size MLP"
     from torch import nn
     return dict(A=lambda: nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                                         nn.Linear(256, 10)),
+                C=lambda: nn.Sequential(nn.Linear(64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                                        nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)),
                 B=lambda: nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
                                         nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
                                         nn.Flatten(), nn.Linear(32*4*4, 10)))
@@ -135,7 +138,7 @@ def worker(args):
     if args.worker in LIGHTNING: sys.modules['torchvision'] = None # torchmetrics imports it if it can; none is needed
     data = torch.load(args.data)
     n = args.items or len(data['x'])
-    shape = (-1, 64) if args.model == 'A' else (-1, 1, 8, 8)
+    shape = (-1, 1, 8, 8) if args.model == 'B' else (-1, 64)
     x,y,xv,yv = data['x'][:n].view(shape),data['y'][:n],data['xv'].view(shape),data['yv']
     random.seed(0)
     torch.manual_seed(0)
@@ -240,8 +243,9 @@ def calls_table(results, model, keys):
         rows.append(f"| {RUNNERS[k]:<41} | {cs['total']:.0f} | {cs['python']:.0f} | {vs} | {by} |")
     return '\n'.join(rows)
 
-TARGETS = [('A', k, 'fabric', 1.10) for k in ('accel', 'accel-datasets')] + [('A', k, 'trainer', 1.00) for k in
-           ('accel', 'accel-datasets')] + [('A', 'accel-torchdl', 'fabric', 1.05), ('B', 'accel', 'accelerate', 1.03)]
+FASTAI_LOADERS = ('accel', 'accel-datasets', 'accel-datablock')
+TARGETS = ([('A', k, 'fabric', 1.10) for k in FASTAI_LOADERS] + [('A', k, 'trainer', 1.00) for k in FASTAI_LOADERS] +
+           [('A', 'accel-torchdl', 'fabric', 1.05)] + [(m, 'accel', 'accelerate', 1.03) for m in ('B', 'C')])
 
 def targets(results, procs, models):
     "Issue 27's targets from the medians of one interleaved run, judged on CPU time (a shared machine's wall wanders)"
@@ -267,7 +271,7 @@ def main():
     p.add_argument('--runners', nargs='+', default=DEFAULT, choices=list(RUNNERS), metavar='RUNNER',
                    help=f"some of {', '.join(RUNNERS)} (default: all but fastai-datasets, -datablock and -torchdl)")
     p.add_argument('--procs', nargs='+', type=int, default=[1, 2], help='processes per run')
-    p.add_argument('--models', nargs='+', default=['A', 'B'], choices=['A', 'B'])
+    p.add_argument('--models', nargs='+', default=['A', 'B', 'C'], choices=['A', 'B', 'C'])
     p.add_argument('--repeats', type=int, default=5)
     p.add_argument('--calls', action='store_true', help='count calls per step instead of timing (1 process, 1 run)')
     p.add_argument('--lightning-python', default=os.environ.get('FASTXTEND_BENCH_LIGHTNING_PYTHON'),
@@ -292,7 +296,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         args.data = f'{tmp}/data.pt'
         measured = f'{CALL_STEPS} steps profiled' if args.calls else 'one epoch timed'
-        print('; '.join([make_data(args.data), 'model A: MLP 64-256-256-10, B: CNN conv16-conv32/2-linear',
+        print('; '.join([make_data(args.data), MODELS,
                          f'AdamW, bs {BS} per process, {WARMUP} warm-up batches, then {measured}',
                          f'1 thread per process, {os.cpu_count()} CPUs', f'torch {torch.__version__}',
                          f'fastai {fastai.__version__}', f'accelerate {accelerate.__version__}',

@@ -16,6 +16,7 @@ from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from .patching import fastai_method, own_fake_loader
+from .items import item_maker
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl', 'batch_fetcher', 'to_device']
@@ -235,14 +236,18 @@ def batch_fetcher(dl # A fastai `DataLoader`
 # %% ../nbs/03_data.ipynb #7846c88a
 _fastai_create_batches = fastai_method(DataLoader, 'create_batches')
 
+def _kept(o): return o is not None
+
 @patch
 def create_batches(self:DataLoader, samps):
-    "The batches of indices `samps`: each in one fetch where `batch_fetcher` has one, else item by item"
+    "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else item by item"
     fetch = batch_fetcher(self)
-    if fetch is None: yield from _fastai_create_batches(self, samps)
+    item = item_maker(self) if fetch is None else None
+    if fetch is None and item is None: yield from _fastai_create_batches(self, samps)
     else:
         if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
-        yield from map(fetch, self.chunkify(samps))
+        if fetch is not None: yield from map(fetch, self.chunkify(samps))
+        else: yield from map(self.do_batch, self.chunkify(filter(_kept, map(item, samps))))
 
 # %% ../nbs/03_data.ipynb #4d27f87d
 _fastai_to_device = fastai_method(fastai.data.load, 'to_device')

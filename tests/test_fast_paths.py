@@ -1,4 +1,4 @@
-"The per-step shortcuts (whole-batch fetch, event lists, fused `one_batch`) give fastai's batches and fits, bit for bit"
+"The per-step shortcuts (whole-batch fetch, lean items, event lists, fused `one_batch`) give fastai's batches and fits"
 import cProfile, pstats, sys
 from functools import partial
 from types import MethodType
@@ -6,18 +6,24 @@ import pytest, torch
 from torch.optim import AdamW
 from torch.utils.data import TensorDataset, DataLoader as TorchDL
 from torch import nn
-from fastai.basics import (Callback, DataLoader, DataLoaders, Datasets, Learner, OptimWrapper, RandomSplitter, TfmdDL,
-                           range_of, set_seed)
+from fastai.basics import (Callback, CategoryBlock, DataBlock, DataLoader, DataLoaders, Datasets, IndexSplitter,
+                           Learner, OptimWrapper, RandomSplitter, TfmdDL, TransformBlock, range_of, set_seed)
 from fastxtend_accel.test_utils import (digits_tensors, synth_learner_digits, datablock_learner, synth_lm_learner,
                                         run_cmd)
 from fastxtend_accel.data import ShardedDL, batch_fetcher
+from fastxtend_accel.items import item_maker
 import fastxtend_accel.core # `.accelerate()`
 
 def _digits_dls(kind, bs=32, **kw):
-    "Loaders of 300 digits: a `Datasets` of tensor getters (as `synth_learner_digits`) or `TensorDataset`s"
+    "Loaders of 300 digits: a `Datasets` of tensor getters (as `synth_learner_digits`), `TensorDataset`s, a `DataBlock`"
     x,y = digits_tensors(300)
     splits = RandomSplitter(0.2, seed=0)(range_of(x))
     set_seed(1) # the loaders' shuffling
+    if kind == 'datablock':
+        labels = y.tolist()
+        dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=lambda i: x[i], get_y=lambda i: labels[i],
+                           splitter=lambda items: splits)
+        return dblock.dataloaders(range_of(x), bs=bs, **kw)
     if kind == 'datasets':
         return Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=splits).dataloaders(bs=bs, **kw)
     return DataLoaders.from_dsets(*(TensorDataset(x[s], y[s]) for s in splits), bs=bs, **kw)
@@ -32,14 +38,14 @@ def _epochs(dl, n=3):
     return [tuple((type(t), t.dtype, t.shape, t.stride(), t.numpy().tobytes()) for t in b)
             for _ in range(n) for b in dl]
 
-@pytest.mark.parametrize('kind', ['datasets', 'tensords'])
+@pytest.mark.parametrize('kind', ['datasets', 'tensords', 'datablock'])
 @pytest.mark.parametrize('kw', [dict(drop_last=True), dict(drop_last=False), dict(num_workers=2, drop_last=True)],
                          ids=['drop_last', 'ragged', 'workers'])
 def test_same_batches_as_item_by_item(kind, kw):
     "Shuffled epochs, with and without `drop_last`, in worker processes: the same batches as fastai's per-item path"
     fast,slow = _digits_dls(kind, **kw),_digits_dls(kind, **kw)
     for a,b in zip(fast.loaders, slow.loaders): # training (shuffled), validation
-        assert batch_fetcher(a) is not None
+        assert (batch_fetcher(a) is None) == (kind == 'datablock') and (item_maker(a) is None) == (kind == 'tensords')
         batches = _epochs(a)
         assert batches == _epochs(_item_by_item(b))
     n = 7 if kw['drop_last'] else 8 # 240 items at bs 32
@@ -64,6 +70,8 @@ def test_ineligible_loaders_fall_back():
                datablock_learner(n=64).dls.train, TfmdDL(MyTensorDataset(x, y), bs=16), synth_lm_learner().dls.train]
     assert [batch_fetcher(dl) for dl in loaders] == [None]*len(loaders)
     assert batch_fetcher(TfmdDL(dsets, bs=16)) is not None
+    # items with fewer calls for a `Datasets` and its item transform, a `DataBlock`; fastai's for the others
+    assert [item_maker(dl) is None for dl in loaders] == [False, True, False, True, True]
 
 # a fit with a fastai optimizer and a torch one, metrics, a schedule, clipping and a cancelled step; what is compared
 _FIT = """
@@ -72,11 +80,12 @@ from functools import partial
 from fastai.basics import *
 from fastai.callback.all import *
 from torch.optim import AdamW
-from fastxtend_accel.test_utils import synth_learner_digits
-mode = sys.argv[1]
+from fastxtend_accel.test_utils import synth_learner_digits, datablock_learner
+mode,data = sys.argv[1],sys.argv[3]
 if mode != 'stock':
     from fastxtend_accel.core import *
     from fastxtend_accel.data import batch_fetcher
+    from fastxtend_accel.items import item_maker
 class SkipStep(Callback):
     def before_step(self):
         if self.learn.train_iter == 3: raise CancelStepException()
@@ -85,14 +94,16 @@ class SlowLoop(Learner): # a subclass replacing a part of the loop: fastai's `on
 res = {}
 for opt in ('fastai', 'torch'):
     kw = {} if opt == 'fastai' else dict(opt_func=partial(OptimWrapper, opt=AdamW))
-    learn = synth_learner_digits(n=512, bs=32, **kw)
-    if mode == 'slow': # per-item batches (an item transform that changes nothing), fastai's `one_batch`
-        dls = DataLoaders(*[dl.new(after_item=lambda o: o) for dl in learn.dls.loaders], device='cpu')
+    learn = (synth_learner_digits if data == 'datasets' else datablock_learner)(n=512, bs=32, **kw)
+    if mode == 'slow': # fastai's items (own `create_item`, an item transform changing nothing), fastai's `one_batch`
+        dls = DataLoaders(*[dl.new(after_item=lambda o: o, create_item=dl.dataset.__getitem__)
+                            for dl in learn.dls.loaders], device='cpu')
         for new,old in zip(dls.loaders, learn.dls.loaders): new.rng = old.rng # the same shuffles
         learn = SlowLoop(dls, learn.model, loss_func=learn.loss_func, metrics=accuracy, **kw)
     if mode != 'stock':
         learn.accelerate()
-        assert (batch_fetcher(learn.dls.train) is None) == (mode == 'slow')
+        assert (batch_fetcher(learn.dls.train) is None) == (mode == 'slow' or data == 'datablock')
+        assert (item_maker(learn.dls.train) is None) == (mode == 'slow')
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2, cbs=[GradientClip(0.5), SkipStep()])
     r = learn.recorder
     opt_state = learn.opt.opt.state if opt == 'torch' else learn.opt.state
@@ -110,17 +121,41 @@ def _same(a, b):
     if isinstance(a, (list, tuple)): return len(a) == len(b) and all(_same(x, y) for x,y in zip(a, b))
     return a == b
 
-def test_fit_bit_identical(tmp_path):
+@pytest.mark.parametrize('data', ['datasets', 'datablock'])
+def test_fit_bit_identical(tmp_path, data):
     "An accelerated fit on one process, with the shortcuts and without them, and stock fastai's: the same bits"
     res = {}
     for mode in ('stock', 'fast', 'slow'):
-        run_cmd([sys.executable, '-c', _FIT, mode, tmp_path/f'{mode}.pt'])
+        run_cmd([sys.executable, '-c', _FIT, mode, tmp_path/f'{mode}.pt', data])
         res[mode] = torch.load(tmp_path/f'{mode}.pt', weights_only=False)
     for opt in ('fastai', 'torch'):
         assert len(res['stock'][opt]['losses']) == 24 and res['stock'][opt]['iters'] == 24
         for k in res['stock'][opt]:
             assert _same(res['fast'][opt][k], res['stock'][opt][k]), (opt, k)
             assert _same(res['slow'][opt][k], res['stock'][opt][k]), (opt, k)
+
+_BATCHES = """
+import sys, torch
+from fastai.basics import *
+from fastxtend_accel.test_utils import app_learners, datablock_learner
+if sys.argv[1] == 'lib': import fastxtend_accel.core
+def tensors(b): # a batch's tensors, those of its tuples included
+    return [t for t in b if isinstance(t, torch.Tensor)] + [u for o in b if isinstance(o, tuple) for u in tensors(o)]
+res = {}
+for app,make in dict(app_learners, digits=datablock_learner).items():
+    dls = make().dls
+    res[app] = [[(type(t).__name__, t.dtype, tuple(t.shape), t.stride(), t.numpy().tobytes()) for t in tensors(b)]
+                for dl in dls.loaders for _ in range(2) for b in dl]
+torch.save(res, sys.argv[2])
+"""
+
+def test_app_batches_are_stock_fastai(tmp_path):
+    "Two epochs of each application's loaders (text, images, tabular, collab, a `DataBlock`): stock fastai's bits"
+    for mode in ('stock', 'lib'): run_cmd([sys.executable, '-c', _BATCHES, mode, tmp_path/f'{mode}.pt'])
+    stock,lib = (torch.load(tmp_path/f'{m}.pt', weights_only=False) for m in ('stock', 'lib'))
+    assert stock.keys() == lib.keys() and len(stock) == 6
+    for app in stock:
+        assert len(stock[app]) > 4 and all(len(b) >= 2 for b in stock[app]) and lib[app] == stock[app], app
 
 class _Profile(Callback):
     "Counts the Python calls of training steps `start` to `start+n` (cProfile)"
@@ -151,3 +186,8 @@ def test_calls_per_step():
     assert _calls_per_step(DataLoaders.from_dsets(tds, tds, bs=32, num_workers=0)) < 560
     # 683 measured (828 before)
     assert _calls_per_step(DataLoaders(TorchDL(tds, batch_size=32, shuffle=True), TorchDL(tds, batch_size=32))) < 780
+    # a `DataBlock`, items made with few calls, each label's tensor once: 1,648 measured (6,544 with fastai's items)
+    labels = y.tolist()
+    dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=lambda i: x[i], get_y=lambda i: labels[i],
+                       splitter=IndexSplitter(range(1500, 1797)))
+    assert _calls_per_step(dblock.dataloaders(range_of(x), bs=32, num_workers=0)) < 1850
