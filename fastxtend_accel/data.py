@@ -16,7 +16,7 @@ from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from .patching import fastai_method, own_fake_loader
-from .items import item_maker
+from .items import item_maker, batch_maker
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl', 'batch_fetcher', 'to_device']
@@ -242,12 +242,12 @@ def _kept(o): return o is not None
 def create_batches(self:DataLoader, samps):
     "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else item by item"
     fetch = batch_fetcher(self)
-    item = item_maker(self) if fetch is None else None
+    item = item_maker(self, codes := {}) if fetch is None else None
     if fetch is None and item is None: yield from _fastai_create_batches(self, samps)
     else:
         if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
         if fetch is not None: yield from map(fetch, self.chunkify(samps))
-        else: yield from map(self.do_batch, self.chunkify(filter(_kept, map(item, samps))))
+        else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
 
 # %% ../nbs/03_data.ipynb #4d27f87d
 _fastai_to_device = fastai_method(fastai.data.load, 'to_device')

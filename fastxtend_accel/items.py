@@ -7,12 +7,13 @@ from __future__ import annotations
 from types import MethodType
 from typing import Any
 from fastai.basics import *
-from fastai.data.load import SkipItemException
+from fastai.data.load import SkipItemException, fa_collate
 from fasttransform.cast import retain_type
 from plum import NotFoundLookupError
+from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['encoder', 'pipeline_fn', 'item_maker']
+__all__ = ['encoder', 'pipeline_fn', 'item_maker', 'batch_maker']
 
 # %% ../nbs/02a_items.ipynb #a62ec516
 def _called_as_transform(f):
@@ -25,6 +26,12 @@ def _faithful(fn):
     "Whether plum caches `fn`'s methods by the types of the arguments (its resolver is faithful)"
     return getattr(getattr(fn, '_resolver', None), 'is_faithful', False)
 
+_TUPLE = object() # `found`'s mark for a plain tuple, encoded element by element
+
+def _is_tuple(x):
+    "Whether `Transform` encodes `x` element by element: a tuple, not a named one"
+    return isinstance(x, tuple) and not hasattr(x, '_fields')
+
 def encoder(f, # A transform of a `Pipeline`
             split_idx:int|None=None # The `Pipeline`'s `split_idx`
            ):
@@ -36,18 +43,18 @@ def encoder(f, # A transform of a `Pipeline`
     fn,pre = (enc._f,(f,)) if isinstance(enc, MethodType) else (enc,())
     resolve = getattr(fn, '_resolve_method_with_cache', None)
     if resolve is None: return partial(f, split_idx=split_idx)
-    found = {} # an item's type -> its method and return type (None: no method), where plum would cache them
+    found = {tuple: _TUPLE} # an item's type -> its method and return type (None: no method), where plum caches them
     def _encode(x):
-        if isinstance(x, tuple) and not hasattr(x, '_fields'):
+        if (m := found.get(type(x), False)) is _TUPLE or (m is False and _is_tuple(x)):
             return retain_type(tuple([_encode(o) for o in x]), x, Any)
         args = (*pre, x)
-        if (m := found.get(type(x), False)) is False:
+        if m is False:
             try: m = resolve(args)
             except NotFoundLookupError: m = None
             if _faithful(fn): found[type(x)] = m
         if m is None: return x
         new = m[0](*args)
-        if m[1] is Any and not isinstance(x, type(new)): return new # what `retain_type` gives back then
+        if m[1] is Any and (type(new) is type(x) or not isinstance(x, type(new))): return new # as `retain_type`
         return retain_type(new, x, m[1])
     return _encode
 
@@ -80,27 +87,38 @@ def _fastai_batches(dl):
     hooks = [_hook(dl, n) for n in ('after_item', 'before_batch', 'create_batch', 'do_batch', 'retain')]
     return False not in hooks and not any(h is not None and _encoders(h) for h in hooks)
 
-def _made_once(enc):
-    "`enc`, giving a label it has seen the tensor it made for it then"
+def _made_once(enc, codes=None):
+    "`enc`, giving a label it has seen the tensor it made for it then; `codes` gets each plain 0-d `TensorCategory`"
     made = {}
     def _enc(x):
         if hasattr(x, '__dict__'): return enc(x)
         try: res = made.get(key := (type(x), x))
         except TypeError: return enc(x) # not hashable
-        if res is None: made[key] = res = enc(x)
+        if res is None:
+            made[key] = res = enc(x)
+            if codes is not None and type(res) is TensorCategory and res.dtype is torch.int64 and res.ndim == 0 \
+               and not vars(res): codes[id(res)] = res,res.item() # the tensor kept with its id: no id reused
         return res
     return _enc
 
-def _column(tl, once):
-    "`TfmdLists` `tl`'s pipeline as one function; `Categorize` at its end made once a label if `once`"
+def _column(tl, once, codes=None):
+    "`TfmdLists` `tl`'s pipeline as one function; `Categorize` at its end made once a label (into `codes`) if `once`"
     encs = _encoders(tl.tfms)
     if once and encs and type(encs[-1][0]) is Categorize and 'encodes' not in vars(encs[-1][0]):
         if all(m.implementation.__module__.startswith('fastai.') for m in Categorize.encodes.methods):
-            encs[-1] = encs[-1][0],_made_once(encs[-1][1])
+            encs[-1] = encs[-1][0],_made_once(encs[-1][1], codes)
     return _composed([e for _,e in encs])
 
 # %% ../nbs/02a_items.ipynb #98541104
-def item_maker(dl:DataLoader # A fastai `DataLoader`
+def _row(cols):
+    "The function from an index to the tuple of each column's item, `cols` of `(items, function or None)`"
+    if len(cols) == 2 and cols[0][1] and cols[1][1]: # the usual input and target: no list made
+        (xs,f),(ys,g) = cols
+        return lambda s: (f(xs[s]), g(ys[s]))
+    return lambda s: tuple([items[s] if f is None else f(items[s]) for items,f in cols])
+
+def item_maker(dl:DataLoader, # A fastai `DataLoader`
+               codes:dict|None=None # Gets the label tensors made once, for `batch_maker`
               ):
     "The function from an index to the item `dl.do_item` makes, with fewer calls, where it can; else None"
     if not dl.indexed or dl.prebatched or type(dl.dataset) is not Datasets: return None
@@ -111,11 +129,43 @@ def item_maker(dl:DataLoader # A fastai `DataLoader`
         if type(tl.tfms) is not Pipeline: return None
     after = hooks[2] and pipeline_fn(hooks[2])
     once = _fastai_batches(dl)
-    cols = [(tl.items, _column(tl, once)) for tl in dl.dataset.tls]
+    cols = [(tl.items, _column(tl, once, codes)) for tl in dl.dataset.tls]
+    row = _row(cols)
     def _item(s):
         if type(s) is not int: return dl.do_item(s)
-        try:
-            o = tuple([items[s] if f is None else f(items[s]) for items,f in cols])
-            return o if after is None else after(o)
+        try: return row(s) if after is None else after(row(s))
         except SkipItemException: return None
     return _item
+
+# %% ../nbs/02a_items.ipynb #c3d4e5f6
+def _stacked(col):
+    "`default_collate` of the tensors `col` in the loader's own process (their stack); None for anything else"
+    t = col[0]
+    if not isinstance(t, Tensor) or t.is_nested or t.layout is not torch.strided: return None
+    return torch.stack(col, 0)
+
+def _labels(col, codes):
+    "The stack of label tensors `col` made once into `codes`, from their values; None if one was made elsewhere"
+    vals = []
+    for t in col:
+        if (c := codes.get(id(t))) is None or c[0] is not t: return None
+        vals.append(c[1])
+    return torch.tensor(vals).as_subclass(TensorCategory)
+
+def batch_maker(dl:DataLoader, # A fastai `DataLoader`
+                codes:dict|None=None # The label tensors `item_maker` made once
+               ):
+    "The function from a batch's items to the batch `dl.do_batch` makes, with fewer calls where it can"
+    if not _fastai_batches(dl): return dl.do_batch
+    codes = ifnone(codes, {})
+    def _batch(b):
+        if type(b[0]) is not tuple or get_worker_info() is not None: return dl.do_batch(b)
+        res = []
+        try:
+            for col in zip(*b):
+                o = _labels(col, codes) if codes else None
+                if o is None: o = _stacked(col)
+                res.append(fa_collate(col) if o is None else o)
+        except Exception: return dl.do_batch(b) # with fastai's message
+        return dl.retain(tuple(res), b)
+    return _batch
