@@ -445,7 +445,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                        'fastxtend_accel.items._faithful': ('items.html#_faithful', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._fastai_batches': ('items.html#_fastai_batches', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._hook': ('items.html#_hook', 'fastxtend_accel/items.py'),
-                                       'fastxtend_accel.items._is_tuple': ('items.html#_is_tuple', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._labels': ('items.html#_labels', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._made_once': ('items.html#_made_once', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._row': ('items.html#_row', 'fastxtend_accel/items.py'),

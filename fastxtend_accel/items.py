@@ -9,6 +9,7 @@ from typing import Any
 from fastai.basics import *
 from fastai.data.load import SkipItemException, fa_collate
 from fasttransform.cast import retain_type
+from fasttransform.transform import _is_tuple # what `Transform` encodes element by element
 from plum import NotFoundLookupError
 from torch.utils.data import get_worker_info
 
@@ -27,10 +28,6 @@ def _faithful(fn):
     return getattr(getattr(fn, '_resolver', None), 'is_faithful', False)
 
 _TUPLE = object() # `found`'s mark for a plain tuple, encoded element by element
-
-def _is_tuple(x):
-    "Whether `Transform` encodes `x` element by element: a tuple, not a named one"
-    return isinstance(x, tuple) and not hasattr(x, '_fields')
 
 def encoder(f, # A transform of a `Pipeline`
             split_idx:int|None=None # The `Pipeline`'s `split_idx`
@@ -157,7 +154,6 @@ def batch_maker(dl:DataLoader, # A fastai `DataLoader`
                ):
     "The function from a batch's items to the batch `dl.do_batch` makes, with fewer calls where it can"
     if not _fastai_batches(dl): return dl.do_batch
-    codes = ifnone(codes, {})
     def _batch(b):
         if type(b[0]) is not tuple or get_worker_info() is not None: return dl.do_batch(b)
         res = []
