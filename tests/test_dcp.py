@@ -119,7 +119,8 @@ def test_elastic_node_lost_then_back(tmp_path, reference):
     The fit ends where one uninterrupted process does."""
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--nnodes', '1:2', '--nproc_per_node', '1', '--rdzv-backend', 'c10d',
            '--rdzv-endpoint', f'localhost:{free_port()}', '--rdzv-conf', 'last_call_timeout=3', '--max-restarts', '3',
-           '--monitor-interval', '1', RESUME, tmp_path, '--tag', 'e', '--sleep', 0.25]
+           '--monitor-interval', '1', RESUME, tmp_path, '--tag', 'e', '--sleep', 0.25,
+           '--sleep-alone', 3] # A alone has ~45 batches left: slowed down, it can't end them before B2 has started and joined
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONWARNINGS': 'ignore', 'TORCH_DISABLE_SHARE_RDZV_TCP_STORE': '1'}
     def node(k): # its output in a file: a pipe nobody reads would fill up and stop it
         with open(tmp_path/f'{k}.log', 'w') as log:

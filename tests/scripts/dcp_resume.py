@@ -20,6 +20,7 @@ p.add_argument('--stop', default=None, help='EPOCH,ITER: end the fit after this 
 p.add_argument('--async-save', action='store_true', help='write checkpoints in the background')
 p.add_argument('--slow-write', type=float, default=0, help='seconds each checkpoint write after epoch 0 waits before writing its tensors')
 p.add_argument('--sleep', type=float, default=0, help='seconds to wait after each batch')
+p.add_argument('--sleep-alone', type=float, default=None, help="seconds to wait after each batch instead, in a restarted torchrun attempt left with one process")
 p.add_argument('--kill-at', default=None, help="EPOCH,ITER: torchrun's first attempt only: the --fail-ranks fail after this batch")
 p.add_argument('--fail', default='kill', choices=['kill', 'raise', 'stop'], help="how they fail: SIGKILL, an exception, or SIGSTOP (frozen)")
 p.add_argument('--fail-ranks', default=None, help="RANK,...: the processes that fail (all if None)")
@@ -59,7 +60,8 @@ class Marker(Callback):
     def after_batch(self):
         if not self.training: return
         (out/f'progress-{args.tag}').write_text(f'{self.epoch} {self.iter}')
-        time.sleep(args.sleep)
+        alone = args.sleep_alone is not None and attempt and self.learn.accelerator.num_processes == 1
+        time.sleep(args.sleep_alone if alone else args.sleep)
         if args.kill_at and attempt == 0 and failing and (self.epoch, self.iter) == tuple(map(int, args.kill_at.split(','))):
             if args.fail == 'raise': raise RuntimeError('this process failed')
             os.kill(os.getpid(), signal.SIGKILL if args.fail == 'kill' else signal.SIGSTOP)
