@@ -287,7 +287,6 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                             'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._default_hooks': ('data.html#_default_hooks', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._getter_rows': ('data.html#_getter_rows', 'fastxtend_accel/data.py'),
-                                      'fastxtend_accel.data._kept': ('data.html#_kept', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._lm_rows': ('data.html#_lm_rows', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._plain_rows': ('data.html#_plain_rows', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._plain_sampler': ('data.html#_plain_sampler', 'fastxtend_accel/data.py'),

@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #b38309fb
 from __future__ import annotations
-import math, random, sys
+import math, operator, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
@@ -236,7 +236,7 @@ def batch_fetcher(dl # A fastai `DataLoader`
 # %% ../nbs/03_data.ipynb #7846c88a
 _fastai_create_batches = fastai_method(DataLoader, 'create_batches')
 
-def _kept(o): return o is not None
+_kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
 
 @patch
 def create_batches(self:DataLoader, samps):
