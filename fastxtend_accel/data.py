@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #b38309fb
 from __future__ import annotations
-import functools, math, operator, random, sys
+import math, operator, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
@@ -252,7 +252,6 @@ def create_batches(self:DataLoader, samps):
 # %% ../nbs/03_data.ipynb #4d27f87d
 _fastai_to_device = fastai_method(fastai.data.load, 'to_device')
 
-@functools.cache
 def _to_itself(cls):
     "Whether `.to` its own device gives a tensor of type `cls` itself back: torch's, and fastai's kinds as they are"
     return cls is Tensor or (issubclass(cls, TensorBase) and cls.to is Tensor.to
@@ -262,7 +261,10 @@ def to_device(b, device=None, non_blocking=False):
     "Recursively put `b` on `device`; a tuple or list of tensors already there is returned as it is"
     if device is not None and type(b) in (tuple, list) and defaults.use_cuda != False and all(map(_to_itself, map(type, b))):
         with torch._C.DisableTorchFunctionSubclass(): # a subclass's `.device` through `__torch_function__`: 6 us
-            if all(t.device == device for t in b): return b
+            if all(t.device == device for t in b):
+                for t in b: # what `.to` does to fastai's kinds: metadata of their own (a batch may share an item's)
+                    if type(t) is not Tensor: t.__dict__ = copy(t.__dict__)
+                return b
     return _fastai_to_device(b, device, non_blocking)
 
 fastai.data.load.to_device = to_device # `DataLoader.__iter__`'s
