@@ -192,6 +192,8 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
 
 # %% ../nbs/03_data.ipynb #4a9717fd
 _item_hooks = ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch', 'do_batch', 'retain', 'chunkify')
+# fastai's own: a hook patched into its class later is the loader's own
+_fastai_item_hooks = {n: getattr(DataLoader, n) for n in _item_hooks}
 
 def _default_hooks(dl):
     "Whether `dl` makes items and batches as fastai's `DataLoader` does: no hook of its own, empty transform pipelines"
@@ -199,7 +201,7 @@ def _default_hooks(dl):
         if n in vars(dl):
             own = vars(dl)[n]
             if type(own) is not Pipeline or own.fs: return False
-        elif getattr(type(dl), n) is not getattr(DataLoader, n): return False
+        elif getattr(type(dl), n) is not _fastai_item_hooks[n]: return False
     return True
 
 def _plain_rows(t):

@@ -76,10 +76,14 @@ def pipeline_fn(p:Pipeline # A `Pipeline`
     return _composed([e for _,e in _encoders(p)])
 
 # %% ../nbs/02a_items.ipynb #879870b4
+# fastai's own hooks as it defines them: one patched into its class later is the loader's own
+_fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch',
+                                                     'do_batch', 'retain')}
+
 def _hook(dl, n):
     "`dl`'s `n` hook where it is a `Pipeline` or fastai's default (None for that), else `False`"
     if n in vars(dl): return vars(dl)[n] if type(vars(dl)[n]) is Pipeline else False
-    return None if getattr(type(dl), n) is getattr(DataLoader, n) else False
+    return None if getattr(type(dl), n) is _fastai_hooks[n] else False
 
 def _fastai_batches(dl):
     "Whether `dl`'s items go only into fastai's own `fa_collate` and `retain`: no transform after the item"
@@ -150,14 +154,11 @@ def _labels(col, codes):
     vals = torch.from_numpy(np.fromiter(map(itemgetter(1), made), np.int64, len(made))) # 5 us; `torch.tensor` of a list: 15
     return vals.clone().as_subclass(TensorCategory) # in memory of its own, as a stack is
 
-_fastai_retain = DataLoader.retain
-
 def batch_maker(dl:DataLoader, # A fastai `DataLoader`
                 codes:dict|None=None # The label tensors `item_maker` made once
                ):
     "The function from a batch's items to the batch `dl.do_batch` makes, with fewer calls where it can"
     if not _fastai_batches(dl): return dl.do_batch
-    typed = getattr(dl.retain, '__func__', None) is _fastai_retain # else a `retain` of its own, patched into fastai's class
     def _batch(b):
         if type(b[0]) is not tuple or get_worker_info() is not None: return dl.do_batch(b)
         res,tensors = [],True
@@ -168,6 +169,6 @@ def batch_maker(dl:DataLoader, # A fastai `DataLoader`
                 if o is None: o,tensors = fa_collate(col),False
                 res.append(o)
         except Exception: return dl.do_batch(b) # with fastai's message
-        if not (typed and tensors) or len(res) != len(b[0]): return dl.retain(tuple(res), b)
+        if not tensors or len(res) != len(b[0]): return dl.retain(tuple(res), b)
         return tuple([retain_type(o, t) for o,t in zip(res, b[0])]) # what `retain` does to a tuple of tensors
     return _batch
