@@ -44,7 +44,7 @@ _fastai_set_device = fastai_method(Learner, '_set_device')
 @patch
 def _set_device(self:Learner, b):
     if self.accelerator is None: return _fastai_set_device(self, b)
-    return to_device(b, self.accelerator.device)
+    return to_device(b, self.accelerator.batch_device)
 
 # %% ../nbs/08_callback.ipynb #9f3aac5e
 _fastai_backward = fastai_method(Learner, '_backward')
@@ -117,6 +117,13 @@ class AcceleratorCallback(Callback):
 
     @property
     def training(self): return self.learn.training # what fastai's `Callback.__call__` asks (not the `Accelerator`'s)
+
+    _batch_device = None
+    @property
+    def batch_device(self):
+        "Where `Learner._set_device` puts batches: `device` as its tensors name it (`batch_device`), found at first use"
+        if self._batch_device is None: self._batch_device = batch_device(self.device) # `cuda`: CUDA starts here
+        return self._batch_device
 
 # %% ../nbs/08_callback.ipynb #7163fa62
 @patch

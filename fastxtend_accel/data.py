@@ -8,7 +8,7 @@ import math, operator, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
-from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset
+from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset, default_collate
 from fastai.basics import *
 import fastai.data.load
 from fastai.distributed import DistributedDL
@@ -19,7 +19,7 @@ from .patching import fastai_method, own_fake_loader
 from .items import item_maker, batch_maker
 
 # %% auto #0
-__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'shard_dl', 'batch_fetcher', 'to_device']
+__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'to_device']
 
 # %% ../nbs/03_data.ipynb #b6913d79
 def is_lm_loader(dl):
@@ -166,12 +166,32 @@ def _plain_sampler(dl):
             and getattr(dl.sampler, 'generator', None) is None
             and not isinstance(dl.dataset, torch.utils.data.IterableDataset))
 
+def _index(idxs):
+    "A batch's indices as one tensor, read by numpy: 2 us, where indexing a tensor with the list converts it again, 15 us"
+    return torch.from_numpy(np.fromiter(idxs, np.int64, len(idxs)))
+
+def _plain_rows(t):
+    "Whether `t[idxs]` is what `torch.stack` makes of the rows `t[i]` one by one: same values, same layout"
+    return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
+
 class TorchBatchDL(DataLoader):
     "A torch `DataLoader`'s dataset and `collate_fn` as a fastai `DataLoader`, fetching a batch at a time as torch does"
     def create_batches(self, samps):
         ds = self.dataset
+        if self.create_batch is default_collate and type(ds) is TensorDataset and all(map(_plain_rows, ds.tensors)):
+            ts = ds.tensors # torch's collate of the rows: each tensor's stack, in a list
+            yield from (list(map(operator.itemgetter(_index(b)), ts)) for b in self.chunkify(samps))
+            return
         fetch = getattr(ds, '__getitems__', None) or (lambda idxs: [ds[i] for i in idxs])
         for b in self.chunkify(samps): yield self.create_batch(fetch(b))
+
+def batch_device(device # A device, or its name
+                )->torch.device:
+    "`device` as a tensor on it names its own: `cpu` for any CPU, an accelerator's index where `device` has none"
+    device = torch.device(device)
+    if device.type == 'cpu': return torch.device('cpu') # Accelerate's `cpu:0`, whose `.to` would copy each batch
+    if device.index is not None or device.type in ('meta', 'xla'): return device
+    return torch.empty(0, device=device).device # `cuda` -> `cuda:0`, the current one
 
 def shard_dl(dl, # A fastai or torch `DataLoader`
              accelerator # The `Accelerator` (or `AcceleratorCallback`) whose processes share the data
@@ -185,7 +205,7 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
                           drop_last=dl.drop_last, num_workers=dl.num_workers, pin_memory=dl.pin_memory,
                           create_batch=dl.collate_fn)
     if isinstance(dl, DataLoader):
-        return ShardedDL(dl, rank=acc.process_index, world_size=acc.num_processes, device=acc.device,
+        return ShardedDL(dl, rank=acc.process_index, world_size=acc.num_processes, device=batch_device(acc.device),
                          split_batches=getattr(acc, 'split_batches', False))
     raise TypeError(f"Can't shard a {type(dl).__name__} across processes: use a fastai `DataLoader` or a torch "
                     "`DataLoader`")
@@ -204,10 +224,6 @@ def _default_hooks(dl):
         elif getattr(type(dl), n) is not _fastai_item_hooks[n]: return False
     return True
 
-def _plain_rows(t):
-    "Whether `t[idxs]` is what `torch.stack` makes of the rows `t[i]` one by one: same values, same layout"
-    return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
-
 def _getter_rows(tl):
     "`(t, items)` if `TfmdLists` `tl` gives item `k` as `t[items[k]]` (one plain getter over tensor `t`), else None"
     if type(tl) is not TfmdLists or type(tl.tfms) is not Pipeline or len(tl.tfms.fs) != 1 or '_after_item' in vars(tl):
@@ -222,23 +238,37 @@ def _getter_rows(tl):
     if type(tl.items) is not list or set(map(type, tl.items)) != {int}: return None
     return t,torch.tensor(tl.items)
 
+def _fetch_rows(rows):
+    "The function from a batch's indices to the tuple of `t[items[idxs]]` for each `(t, items)` of `rows`"
+    def _fetch(idxs):
+        i = _index(idxs)
+        return tuple([t[i] if items is None else t[items[i]] for t,items in rows])
+    return _fetch
+
 def batch_fetcher(dl # A fastai `DataLoader`
                  ):
     "The function from a batch's indices to the batch `dl` makes item by item, where one indexing does it; else None"
     if not (dl.indexed and not dl.prebatched and _default_hooks(dl)): return None
     ds = dl.dataset
     if type(ds) is TensorDataset and all(_plain_rows(t) for t in ds.tensors):
-        ts = ds.tensors
-        return lambda idxs: tuple([t[idxs] for t in ts])
+        return _fetch_rows([(t, None) for t in ds.tensors])
     if type(ds) is Datasets:
         rows = [_getter_rows(tl) for tl in ds.tls]
-        if None not in rows: return lambda idxs: tuple([t[items[idxs]] for t,items in rows])
+        if None not in rows: return _fetch_rows(rows)
     return None
 
 # %% ../nbs/03_data.ipynb #7846c88a
 _fastai_create_batches = fastai_method(DataLoader, 'create_batches')
 
 _kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
+_fastai_sample = fastai_method(DataLoader, 'sample')
+
+@patch
+def sample(self:DataLoader):
+    "The epoch's indices this process makes batches of: all of them without workers (or with one), as fastai's"
+    # fastai's keeps every index whose batch number modulo `num_workers` is `offs`, one generator step an index
+    if self.num_workers == 1 and self.offs == 0: return iter(self._DataLoader__idxs)
+    return _fastai_sample(self)
 
 @patch
 def create_batches(self:DataLoader, samps):

@@ -28,6 +28,12 @@ def test_ddp_matches_single_process(scenarios):
     assert r0['plain']['items'][0] == list(range(16)) and r1['plain']['items'][0] == list(range(16, 32))
     assert r0['plain']['losses'] == pytest.approx(single['plain']['losses'], abs=1e-4) # smooth loss: mean over processes
 
+def test_batches_kept_in_place(scenarios):
+    "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"
+    single,(r0,r1),_ = scenarios
+    for r in (single, r0, r1): assert r['plain']['kept'] == [[True, True]]*12
+    assert r0['plain']['devices'] == r1['plain']['devices'] == {'cpu'}
+
 def test_smooth_loss_without_collectives(scenarios):
     "Each process smooths its own losses, with no collective per batch; after each epoch the values are the mean over processes"
     single,(r0,r1),_ = scenarios

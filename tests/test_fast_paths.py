@@ -181,14 +181,15 @@ def test_calls_per_step():
     tds = TensorDataset(x, y)
     dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=[range(1500), range(1500, 1797)])
     set_seed(0)
-    # 494 and 487 measured (3,410 and 1,221 before the shortcuts)
+    # 471 and 462 measured (3,410 and 1,221 before the shortcuts; 494 and 487 before `sample` gave its list's iterator)
     assert _calls_per_step(dsets.dataloaders(bs=32, num_workers=0)) < 560
     assert _calls_per_step(DataLoaders.from_dsets(tds, tds, bs=32, num_workers=0)) < 560
-    # 689 measured (828 before)
+    # 692 measured (828 before)
     assert _calls_per_step(DataLoaders(TorchDL(tds, batch_size=32, shuffle=True), TorchDL(tds, batch_size=32))) < 780
     # a `DataBlock`, items made with few calls, each label's tensor once, batches collated a column at a time, its
-    # `TensorCategory` batches kept as they are on their device: 949 measured (1,366 before the labels' values were read in
-    # C, `retain` done without `L` and `to_device` let them be; 1,648 with fastai's `do_batch`, 6,544 with fastai's items)
+    # `TensorCategory` batches kept as they are on their device: 918 measured (949 with fastai's `sample`, 1,366 before the
+    # labels' values were read in C, `retain` done without `L` and `to_device` let them be; 1,648 with fastai's `do_batch`,
+    # 6,544 with fastai's items)
     labels = y.tolist()
     dblock = DataBlock(blocks=(TransformBlock, CategoryBlock), get_x=lambda i: x[i], get_y=lambda i: labels[i],
                        splitter=IndexSplitter(range(1500, 1797)))

@@ -18,7 +18,7 @@ class Spy(Callback):
     "Record items seen, backward calls, optimizer steps and DDP all-reduces"
     order = 20
     def before_fit(self):
-        self.items,self.steps,self.allreduces,self.backwards = [],0,0,0
+        self.items,self.steps,self.allreduces,self.backwards,self.kept,self.devices = [],0,0,0,[],set()
         acc = self.learn.accelerator
         if acc is not None:
             orig = acc.accelerator.backward
@@ -29,7 +29,11 @@ class Spy(Callback):
             def hook(state, bucket): self.allreduces += 1; return allreduce_hook(state, bucket)
             self.learn.model.register_comm_hook(None, hook)
     def before_batch(self):
-        if self.training: self.items.append(self.xb[0][:,0].long().tolist())
+        if not self.training: return
+        self.items.append(self.xb[0][:,0].long().tolist())
+        b = (*self.xb, *self.yb) # already on the device: the same tensors again, not copies
+        self.kept.append([o is p for o,p in zip(self.learn._set_device(b), b)])
+        self.devices.add(str(getattr(self.dl, 'device', None))) # a loader that was never moved has none
     def after_step(self): self.steps += 1
     def after_fit(self):
         acc = self.learn.accelerator
@@ -44,7 +48,7 @@ spy = Spy()
 learn.fit(2, 1e-3, cbs=spy)
 res['plain'] = dict(params=params(learn), items=spy.items, steps=spy.steps, backwards=spy.backwards,
                     allreduces=spy.allreduces, losses=[float(l) for l in learn.recorder.losses],
-                    model_type=type(learn.model).__name__)
+                    model_type=type(learn.model).__name__, kept=spy.kept, devices=spy.devices)
 
 # 2. gradient accumulation: k=2 over 6 batches per epoch (192 items, global batch 32)
 learn = regression_learner().accelerate(gradient_accumulation_steps=2)
