@@ -16,7 +16,7 @@ from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from .patching import fastai_method, own_fake_loader
-from .items import item_maker, batch_maker
+from .items import item_maker, batch_maker, _hook, _fastai_hooks
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'to_device']
@@ -26,6 +26,10 @@ def is_lm_loader(dl):
     "Whether `dl` is fastai's `LMDataLoader` (whose items depend on its `bs`), without importing fastai.text"
     m = sys.modules.get('fastai.text.data')
     return m is not None and isinstance(dl, m.LMDataLoader)
+
+def _index(idxs):
+    "A list of indices as one int64 tensor, read by numpy: 2 us for 64 (15 by `torch.tensor`, or to index with the list)"
+    return torch.from_numpy(np.fromiter(idxs, np.int64, len(idxs)))
 
 def _lm_rows(dl, world_size, split_batches):
     "`dl` laid out as one process reading the global batch (row `seq % bs`, chunk `seq // bs`), `bs` rows at a time"
@@ -81,7 +85,7 @@ class ShardedDL(DistributedDL):
         if not self.dl.shuffle and type(self.dl).get_idxs is DataLoader.get_idxs: return t
         # only the sender converts its list (numpy: 6x faster than `torch.tensor` on a list of ints); the others receive
         # into a buffer
-        if self.rank == rank: x = torch.from_numpy(np.fromiter(t, np.int64, len(t)))
+        if self.rank == rank: x = _index(t)
         else: x = torch.empty(len(t), dtype=torch.int64)
         return au.broadcast(x.to(PartialState().device), from_process=rank).tolist()
 
@@ -166,21 +170,28 @@ def _plain_sampler(dl):
             and getattr(dl.sampler, 'generator', None) is None
             and not isinstance(dl.dataset, torch.utils.data.IterableDataset))
 
-def _index(idxs):
-    "A batch's indices as one tensor, read by numpy: 2 us, where indexing a tensor with the list converts it again, 15 us"
-    return torch.from_numpy(np.fromiter(idxs, np.int64, len(idxs)))
-
 def _plain_rows(t):
     "Whether `t[idxs]` is what `torch.stack` makes of the rows `t[i]` one by one: same values, same layout"
     return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
+
+def _tensor_rows(ds):
+    "`[(t, None)]` for each tensor of `TensorDataset` `ds` if indexing them with a batch is stacking their rows, else None"
+    if type(ds) is TensorDataset and all(map(_plain_rows, ds.tensors)): return [(t, None) for t in ds.tensors]
+
+def _fetch_rows(rows, collect=tuple):
+    "The function from a batch's indices to `collect` of `t[items[idxs]]` (`t[idxs]` where `items` is None) for `rows`"
+    def _fetch(idxs):
+        i = _index(idxs) # one conversion of the list, not one a tensor
+        return collect([t[i] if items is None else t[items[i]] for t,items in rows])
+    return _fetch
 
 class TorchBatchDL(DataLoader):
     "A torch `DataLoader`'s dataset and `collate_fn` as a fastai `DataLoader`, fetching a batch at a time as torch does"
     def create_batches(self, samps):
         ds = self.dataset
-        if self.create_batch is default_collate and type(ds) is TensorDataset and all(map(_plain_rows, ds.tensors)):
-            ts = ds.tensors # torch's collate of the rows: each tensor's stack, in a list
-            yield from (list(map(operator.itemgetter(_index(b)), ts)) for b in self.chunkify(samps))
+        if self.create_batch is default_collate and (rows := _tensor_rows(ds)) is not None:
+            # what torch's collate makes of the rows: each tensor's stack, in a list
+            yield from map(_fetch_rows(rows, list), self.chunkify(samps))
             return
         fetch = getattr(ds, '__getitems__', None) or (lambda idxs: [ds[i] for i in idxs])
         for b in self.chunkify(samps): yield self.create_batch(fetch(b))
@@ -211,18 +222,9 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
                     "`DataLoader`")
 
 # %% ../nbs/03_data.ipynb #4a9717fd
-_item_hooks = ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch', 'do_batch', 'retain', 'chunkify')
-# fastai's own: a hook patched into its class later is the loader's own
-_fastai_item_hooks = {n: getattr(DataLoader, n) for n in _item_hooks}
-
 def _default_hooks(dl):
     "Whether `dl` makes items and batches as fastai's `DataLoader` does: no hook of its own, empty transform pipelines"
-    for n in _item_hooks:
-        if n in vars(dl):
-            own = vars(dl)[n]
-            if type(own) is not Pipeline or own.fs: return False
-        elif getattr(type(dl), n) is not _fastai_item_hooks[n]: return False
-    return True
+    return all(h is None or (h is not False and not h.fs) for h in (_hook(dl, n) for n in _fastai_hooks))
 
 def _getter_rows(tl):
     "`(t, items)` if `TfmdLists` `tl` gives item `k` as `t[items[k]]` (one plain getter over tensor `t`), else None"
@@ -238,20 +240,12 @@ def _getter_rows(tl):
     if type(tl.items) is not list or set(map(type, tl.items)) != {int}: return None
     return t,torch.tensor(tl.items)
 
-def _fetch_rows(rows):
-    "The function from a batch's indices to the tuple of `t[items[idxs]]` for each `(t, items)` of `rows`"
-    def _fetch(idxs):
-        i = _index(idxs)
-        return tuple([t[i] if items is None else t[items[i]] for t,items in rows])
-    return _fetch
-
 def batch_fetcher(dl # A fastai `DataLoader`
                  ):
     "The function from a batch's indices to the batch `dl` makes item by item, where one indexing does it; else None"
     if not (dl.indexed and not dl.prebatched and _default_hooks(dl)): return None
     ds = dl.dataset
-    if type(ds) is TensorDataset and all(_plain_rows(t) for t in ds.tensors):
-        return _fetch_rows([(t, None) for t in ds.tensors])
+    if (rows := _tensor_rows(ds)) is not None: return _fetch_rows(rows)
     if type(ds) is Datasets:
         rows = [_getter_rows(tl) for tl in ds.tls]
         if None not in rows: return _fetch_rows(rows)

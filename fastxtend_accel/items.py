@@ -78,7 +78,7 @@ def pipeline_fn(p:Pipeline # A `Pipeline`
 # %% ../nbs/02a_items.ipynb #879870b4
 # fastai's own hooks as it defines them: one patched into its class later is the loader's own
 _fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch',
-                                                     'do_batch', 'retain')}
+                                                     'do_batch', 'retain', 'chunkify')}
 
 def _hook(dl, n):
     "`dl`'s `n` hook where it is a `Pipeline` or fastai's default (None for that), else `False`"
