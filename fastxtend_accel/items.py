@@ -31,6 +31,22 @@ def _faithful(fn):
 
 _TUPLE = object() # `found`'s mark for a plain tuple, encoded element by element
 
+def _for_any(fn):
+    "The function `fn` dispatches every item to (None if it has another): one method of one unannotated argument"
+    ms = getattr(fn, 'methods', ())
+    if len(ms) != 1 or ms[0].signature.types != (Any,) or ms[0].signature.has_varargs or ms[0].return_type is not Any:
+        return None
+    return ms[0].implementation
+
+def _any_encoder(g):
+    "`x -> Transform(g)(x)` for `g` of any item: no lookup an item, `retain_type` as fastai"
+    def _encode(x):
+        if isinstance(x, tuple) and _is_tuple(x): return retain_type(tuple([_encode(o) for o in x]), x, Any)
+        new = g(x)
+        if type(new) is type(x) or not isinstance(x, type(new)): return new
+        return retain_type(new, x, Any)
+    return _encode
+
 def encoder(f, # A transform of a `Pipeline`
             split_idx:int|None=None # The `Pipeline`'s `split_idx`
            ):
@@ -42,6 +58,7 @@ def encoder(f, # A transform of a `Pipeline`
     fn,pre = (enc._f,(f,)) if isinstance(enc, MethodType) else (enc,())
     resolve = getattr(fn, '_resolve_method_with_cache', None)
     if resolve is None: return partial(f, split_idx=split_idx)
+    if not pre and (g := _for_any(fn)) is not None: return _any_encoder(g) # a function made a `Transform`: a getter
     found = {tuple: _TUPLE} # an item's type -> its method and return type (None: no method), where plum caches them
     def _encode(x):
         if (m := found.get(type(x), False)) is _TUPLE or (m is False and _is_tuple(x)):
@@ -90,10 +107,11 @@ def _fastai_batches(dl):
     hooks = [_hook(dl, n) for n in ('after_item', 'before_batch', 'create_batch', 'do_batch', 'retain')]
     return False not in hooks and not any(h is not None and _encoders(h) for h in hooks)
 
-def _made_once(enc, codes=None):
-    "`enc`, giving a label it has seen the tensor it made for it then; `codes` gets each plain 0-d `TensorCategory`"
+def _made_once(enc, codes=None, before=None):
+    "`before` then `enc`, giving a label seen before the tensor made then; `codes` gets each plain 0-d `TensorCategory`"
     made = {}
     def _enc(x):
+        if before is not None: x = before(x) # the column's getter: in this call, not one of its own
         if hasattr(x, '__dict__'): return enc(x)
         try: res = made.get(key := (type(x), x))
         except TypeError: return enc(x) # not hashable
@@ -109,17 +127,10 @@ def _column(tl, once, codes=None):
     encs = _encoders(tl.tfms)
     if once and encs and type(encs[-1][0]) is Categorize and 'encodes' not in vars(encs[-1][0]):
         if all(m.implementation.__module__.startswith('fastai.') for m in Categorize.encodes.methods):
-            encs[-1] = encs[-1][0],_made_once(encs[-1][1], codes)
+            return _made_once(encs[-1][1], codes, _composed([e for _,e in encs[:-1]]))
     return _composed([e for _,e in encs])
 
 # %% ../nbs/02a_items.ipynb #98541104
-def _row(cols):
-    "The function from an index to the tuple of each column's item, `cols` of `(items, function or None)`"
-    if len(cols) == 2 and cols[0][1] and cols[1][1]: # the usual input and target: no list made
-        (xs,f),(ys,g) = cols
-        return lambda s: (f(xs[s]), g(ys[s]))
-    return lambda s: tuple([items[s] if f is None else f(items[s]) for items,f in cols])
-
 def item_maker(dl:DataLoader, # A fastai `DataLoader`
                codes:dict|None=None # Gets the label tensors made once, for `batch_maker`
               ):
@@ -133,10 +144,18 @@ def item_maker(dl:DataLoader, # A fastai `DataLoader`
     after = hooks[2] and pipeline_fn(hooks[2])
     once = _fastai_batches(dl)
     cols = [(tl.items, _column(tl, once, codes)) for tl in dl.dataset.tls]
-    row = _row(cols)
+    if len(cols) == 2 and cols[0][1] and cols[1][1] and after is None: # the usual input and target: one call an item
+        (xs,f),(ys,g) = cols
+        def _item(s):
+            if type(s) is not int: return dl.do_item(s)
+            try: return f(xs[s]), g(ys[s])
+            except SkipItemException: return None
+        return _item
     def _item(s):
         if type(s) is not int: return dl.do_item(s)
-        try: return row(s) if after is None else after(row(s))
+        try:
+            res = tuple([items[s] if f is None else f(items[s]) for items,f in cols])
+            return res if after is None else after(res)
         except SkipItemException: return None
     return _item
 
