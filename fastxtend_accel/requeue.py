@@ -48,6 +48,11 @@ def _reap():
         except ChildProcessError: return
         if not pid: return
 
+def _ended(pid:int)->bool:
+    "Whether child `pid` has exited, collected or not; its status is left to collect"
+    try: return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError: return True # collected already
+
 def _signal(pids, sig):
     for p in pids:
         try: os.kill(p, sig)
@@ -92,15 +97,17 @@ def run_requeueable(cmd:list, # The training command and its arguments
     "Run `cmd`; stop it with SIGTERM on SIGTERM, SIGINT or a `requeue_on` signal, and requeue the job on the latter"
     requeue_on,got,proc = [_signum(s) for s in requeue_on],[],None
     def stop(signum, frame):
+        # one that comes once the command has exited changes nothing: what it ran for is done. Asked of the process
+        # itself: the handler may run inside `proc.wait()`, after the command exited, where `poll` can't tell
+        if proc is not None and _ended(proc.pid): return
         got.append(signum)
-        if proc is not None and proc.poll() is None: proc.send_signal(signal.SIGTERM)
+        if proc is not None: proc.send_signal(signal.SIGTERM)
     before = {s: signal.signal(s, stop) for s in {*requeue_on, signal.SIGTERM, signal.SIGINT}}
     try:
         _set_subreaper()
         proc = subprocess.Popen(cmd)
         if got: proc.send_signal(signal.SIGTERM) # a signal came before the command started
         rc = proc.wait()
-        # one that comes once the command has ended changes nothing: what it ran for is done
         why = next((signal.Signals(s) for s in got if s in requeue_on), None)
         end_descendants(grace)
         return rc if why is None else _requeue(why.name)
