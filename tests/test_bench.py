@@ -145,4 +145,25 @@ def test_bench_peers_smoke():
             assert (runs, n) == ('1', str(steps)) and float(loss) < 0.2 and float(acc) > 0.95, (label, out)
             # the ratio of the unrounded medians; these are rounded to 3 decimals
             assert abs(float(vs_acc[:-1]) - float(wall)/acc_wall) < 2e-3, (label, out)
+            # on 2 processes, the mean of both processes' CPU times too (from the second's own clock)
+            assert len(cells(out, label, i)) == 12 + 2*i, (label, out)
+            if i: assert float(cells(out, label, i)[10]) > 0 and abs(float(cells(out, label, i)[11][:-1]) - float(
+                cells(out, label, i)[10])/float(cells(out, 'Accelerate loop', i)[10])) < 2e-3, (label, out)
         assert cells(out, 'Accelerate loop', i)[4] == '1.000x' and cells(out, 'torch loop', i)[5] == '1.000x'
+
+def test_bench_peers_targets():
+    "The targets table of made-up runs: each ratio is the one its clock's runs give, and the verdict the CPU medians'"
+    sys.path.insert(0, str(REPO/'bench'))
+    try: import bench_peers as bp
+    finally: sys.path.remove(str(REPO/'bench'))
+    def runs(cpus, cpus_all=None): # ms a step over 100 steps; wall 1 ms over the CPU time
+        return [dict(steps=100, cpu=c/10, wall=(c+1)/10, cpu_all=a/10) for c,a in zip(cpus, cpus_all or cpus)]
+    results = {(2, 'A', 'accel-datablock'): runs([2, 3, 4], [2, 2.5, 3]), (2, 'A', 'fabric'): runs([2, 2, 5]),
+               (2, 'A', 'accel'): runs([2, 2, 2]) + [dict(error='exit 1')]}
+    out = bp.targets(results, [2], ['A', 'B'])
+    # medians 3/2 (wall 4/3), paired median of 2/2, 3/2, 4/5, fastest 2/2; all processes: 2.5/2, paired of 1, 1.25, 0.6
+    assert cells(out, 'fastxtend_accel Learner, DataBlock / Lightning Fabric, model A') == [
+        '2', '1.333x', '1.500x', '1.000x', '1.000x', '1.250x', '1.000x', '1.10x', 'FAIL'], out
+    assert cells(out, 'fastxtend_accel Learner, from_dsets / Lightning Fabric, model A') == [
+        '2', '1.000x', '1.000x', '1.000x', '1.000x', '1.000x', '1.000x', '1.10x', 'PASS'], out # the failed run left out
+    assert len(rows(out, 'fastxtend_accel Learner, Datasets / Lightning Fabric, model A')) == 0 # no runs, no row
