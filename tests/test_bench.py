@@ -1,6 +1,7 @@
 """Smoke runs of the benchmarks with tiny sizes: every section runs and prints its rows, timings are well-formed numbers, and
 each target's verdict is the one its printed ratio and limit give. Whether a target is met is read, never asserted."""
 import json, re, sys
+import pytest
 from fastxtend_accel.test_utils import run_cmd
 from conftest import REPO
 
@@ -158,12 +159,18 @@ def test_bench_peers_targets():
     finally: sys.path.remove(str(REPO/'bench'))
     def runs(cpus, cpus_all=None): # ms a step over 100 steps; wall 1 ms over the CPU time
         return [dict(steps=100, cpu=c/10, wall=(c+1)/10, cpu_all=a/10) for c,a in zip(cpus, cpus_all or cpus)]
-    results = {(2, 'A', 'accel-datablock'): runs([2, 3, 4], [2, 2.5, 3]), (2, 'A', 'fabric'): runs([2, 2, 5]),
-               (2, 'A', 'accel'): runs([2, 2, 2]) + [dict(error='exit 1')]}
+    fabric = runs([2.5, 2, 5], [2.5, 2, 4])
+    results = {(2, 'A', 'accel-datablock'): runs([2, 3, 4], [2, 2.6, 3.6]), (2, 'A', 'fabric'): fabric,
+               (2, 'A', 'accel'): runs([2]) + [dict(error='exit 1')] + runs([3])}
     out = bp.targets(results, [2], ['A', 'B'])
-    # medians 3/2 (wall 4/3), paired median of 2/2, 3/2, 4/5, fastest 2/2; all processes: 2.5/2, paired of 1, 1.25, 0.6
+    # wall 4/3.5; CPU medians 3/2.5, paired median of 2/2.5, 3/2, 4/5, fastest 2/2; mean of processes 2.6/2.5, paired
+    # median of 2/2.5, 2.6/2, 3.6/4
     assert cells(out, 'fastxtend_accel Learner, DataBlock / Lightning Fabric, model A') == [
-        '2', '1.333x', '1.500x', '1.000x', '1.000x', '1.250x', '1.000x', '1.10x', 'FAIL'], out
+        '2', '1.143x', '1.200x', '0.800x', '1.000x', '1.040x', '0.900x', '1.10x', 'FAIL'], out
+    # the failed run left out, and its repeat's pair: paired median of 2/2.5 and 3/5, of 2/2.5 and 3/4
     assert cells(out, 'fastxtend_accel Learner, from_dsets / Lightning Fabric, model A') == [
-        '2', '1.000x', '1.000x', '1.000x', '1.000x', '1.000x', '1.000x', '1.10x', 'PASS'], out # the failed run left out
+        '2', '1.000x', '1.000x', '0.700x', '1.000x', '1.000x', '0.775x', '1.10x', 'PASS'], out
     assert len(rows(out, 'fastxtend_accel Learner, Datasets / Lightning Fabric, model A')) == 0 # no runs, no row
+    # the job's CPU time: process 0's 4 s over 100 steps and another's 1 s over 50 (2 s over 100)
+    assert bp.job_cpu(dict(cpu=4, steps=100), [dict(cpu=1, steps=50)], 2) == 3
+    with pytest.raises(ValueError, match='1 of the other processes wrote no times'): bp.job_cpu(dict(cpu=4, steps=100), [], 2)
