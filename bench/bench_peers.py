@@ -37,7 +37,7 @@ CUDA wheels) and no torchvision (torchmetrics imports it if it can, and the CUDA
 Without it the Lightning rows are skipped, with the reason. `--calls` profiles 200 steps after 20 warm-up batches on 1
 process and gives the calls per step, all (builtins counted with the package that called them) and Python functions.
 """
-import argparse, cProfile, json, os, random, signal, statistics, subprocess, sys, tempfile, time, warnings
+import argparse, cProfile, json, os, random, statistics, subprocess, sys, tempfile, time, warnings
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
@@ -196,13 +196,9 @@ def launch(runner, procs, model, args, py, out):
                             start_new_session=True)
     try: log = proc.communicate(timeout=args.timeout)[0]
     except subprocess.TimeoutExpired:
-        # torchrun's workers run in sessions of their own: SIGTERM has torchrun stop them, SIGKILL what is left after
-        os.killpg(proc.pid, signal.SIGTERM)
-        try: log = proc.communicate(timeout=60)[0]
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            log = proc.communicate()[0]
-        log += f'\n(stopped after {args.timeout} s)'
+        from fastxtend_accel.launching import kill_group
+        kill_group(proc) # torchrun's workers too, in sessions of their own
+        log = proc.communicate()[0] + f'\n(killed after {args.timeout} s)'
     tail = '\n'.join(log.strip().splitlines()[-15:])
     others = [Path(f'{out}.{r}') for r in range(1, procs)] # the other processes' clocks
     clocks = [f.read_text() for f in others if f.exists()]
@@ -229,22 +225,23 @@ def table(results, procs, model, keys):
     meds = {k: {c: med(per_step(ok[k], c)) for c in ('wall', 'cpu', 'cpu_all')} for k in keys if ok[k]}
     def ratio(k, ref, c): return f"{meds[k][c]/meds[ref][c]:.3f}x" if ref in meds else '-'
     loss0 = next((r['loss0'] for k in keys for r in ok[k]), float('nan'))
+    many = procs > 1 # the job's CPU time too
     rows = [f"\n{procs} process{'es' if procs > 1 else ''}, model {model}: ms per optimizer step in the timed epoch "
             f"(median of runs, min-max), ratios of medians; loss and accuracy on the training data after it (before: "
             f"loss {loss0:.3f})",
             f"| {'runner':<41} | runs | steps | wall | min-max | vs Accelerate | vs torch | CPU | min-max "
-            "| vs Accelerate | vs torch |" + (" CPU, mean of processes | vs Accelerate |" if procs > 1 else '')
-            + " loss | accuracy |", '|' + '---|'*(13 + 2*(procs > 1))]
+            "| vs Accelerate | vs torch |" + (" CPU, mean of processes | vs Accelerate |" if many else '')
+            + " loss | accuracy |", '|' + '---|'*(13 + 2*many)]
     for k in keys:
         if k not in meds:
-            rows.append(f"| {RUNNERS[k]:<41} | 0 | failed |" + ' |'*(10 + 2*(procs > 1)))
+            rows.append(f"| {RUNNERS[k]:<41} | 0 | failed |" + ' |'*(10 + 2*many))
             continue
         w,c = per_step(ok[k], 'wall'),per_step(ok[k], 'cpu')
         steps = '/'.join(sorted({str(r['steps']) for r in ok[k]}))
         rows.append(f"| {RUNNERS[k]:<41} | {len(ok[k])} | {steps} | {meds[k]['wall']:.3f} | {min(w):.3f}-{max(w):.3f} "
                     f"| {ratio(k, 'accelerate', 'wall')} | {ratio(k, 'torch', 'wall')} | {meds[k]['cpu']:.3f} "
                     f"| {min(c):.3f}-{max(c):.3f} | {ratio(k, 'accelerate', 'cpu')} | {ratio(k, 'torch', 'cpu')} "
-                    + (f"| {meds[k]['cpu_all']:.3f} | {ratio(k, 'accelerate', 'cpu_all')} " if procs > 1 else '') +
+                    + (f"| {meds[k]['cpu_all']:.3f} | {ratio(k, 'accelerate', 'cpu_all')} " if many else '') +
                     f"| {med([r['loss'] for r in ok[k]]):.3f} | {med([r['acc'] for r in ok[k]]):.3f} |")
     bad = {RUNNERS[k] for k in keys for r in ok[k] if r['loss'] >= r['loss0'] or r['threads'] != 1 or not r['steps']}
     if bad: rows.append(f"CHECK: a run of {', '.join(sorted(bad))} did not train (no steps, or its loss did not go "
