@@ -16,7 +16,7 @@ from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from .patching import fastai_method, own_fake_loader
-from .items import item_maker, batch_maker, _hook, _fastai_hooks
+from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'to_device']
@@ -254,7 +254,6 @@ def batch_fetcher(dl # A fastai `DataLoader`
 # %% ../nbs/03_data.ipynb #7846c88a
 _fastai_create_batches = fastai_method(DataLoader, 'create_batches')
 
-_kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
 _fastai_sample = fastai_method(DataLoader, 'sample')
 
 @patch
@@ -266,13 +265,15 @@ def sample(self:DataLoader):
 
 @patch
 def create_batches(self:DataLoader, samps):
-    "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else item by item"
+    "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else a batch or an item at a time"
     fetch = batch_fetcher(self)
-    item = item_maker(self, codes := {}) if fetch is None else None
-    if fetch is None and item is None: yield from _fastai_create_batches(self, samps)
+    fused = column_batches(self, codes := {}) if fetch is None else None
+    item = item_maker(self, codes) if fetch is None and fused is None else None
+    if fetch is None and fused is None and item is None: yield from _fastai_create_batches(self, samps)
     else:
         if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
         if fetch is not None: yield from map(fetch, self.chunkify(samps))
+        elif fused is not None: yield from fused(samps)
         else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
 
 # %% ../nbs/03_data.ipynb #4d27f87d

@@ -5,6 +5,7 @@
 # %% ../nbs/02a_items.ipynb #e5bb2888
 from __future__ import annotations
 import operator # its `is_` below: the one fastai's `*` brings is fastcore's, a Python function
+from itertools import chain, islice
 from operator import itemgetter
 from types import MethodType
 from typing import Any
@@ -16,7 +17,7 @@ from plum import NotFoundLookupError
 from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['encoder', 'pipeline_fn', 'item_maker', 'batch_maker']
+__all__ = ['encoder', 'pipeline_fn', 'item_maker', 'batch_maker', 'column_batches']
 
 # %% ../nbs/02a_items.ipynb #a62ec516
 def _called_as_transform(f):
@@ -38,13 +39,17 @@ def _for_any(fn):
         return None
     return ms[0].implementation
 
+def _retained(new, x):
+    "`retain_type(new, x)` as `Transform` calls it on what a function of any item made of `x`"
+    if type(new) is type(x) or not isinstance(x, type(new)): return new
+    return retain_type(new, x, Any)
+
 def _any_encoder(g):
     "`x -> Transform(g)(x)` for `g` of any item: no lookup an item, `retain_type` as fastai"
     def _encode(x):
         if isinstance(x, tuple) and _is_tuple(x): return retain_type(tuple([_encode(o) for o in x]), x, Any)
-        new = g(x)
-        if type(new) is type(x) or not isinstance(x, type(new)): return new
-        return retain_type(new, x, Any)
+        return _retained(g(x), x)
+    _encode.getter = g # for `column_batches`, which calls `g` itself
     return _encode
 
 def encoder(f, # A transform of a `Pipeline`
@@ -122,26 +127,36 @@ def _made_once(enc, codes=None, before=None):
         return res
     return _enc
 
+def _categorized(encs):
+    "Whether the last of `encs` (`(transform, encoder)` pairs) is fastai's own `Categorize`"
+    return (bool(encs) and type(encs[-1][0]) is Categorize and 'encodes' not in vars(encs[-1][0])
+            and all(m.implementation.__module__.startswith('fastai.') for m in Categorize.encodes.methods))
+
 def _column(tl, once, codes=None):
     "`TfmdLists` `tl`'s pipeline as one function; `Categorize` at its end made once a label (into `codes`) if `once`"
     encs = _encoders(tl.tfms)
-    if once and encs and type(encs[-1][0]) is Categorize and 'encodes' not in vars(encs[-1][0]):
-        if all(m.implementation.__module__.startswith('fastai.') for m in Categorize.encodes.methods):
-            return _made_once(encs[-1][1], codes, _composed([e for _,e in encs[:-1]]))
+    if once and _categorized(encs): return _made_once(encs[-1][1], codes, _composed([e for _,e in encs[:-1]]))
     return _composed([e for _,e in encs])
 
 # %% ../nbs/02a_items.ipynb #98541104
+def _plain_items(dl):
+    "Whether `dl` makes items as fastai's `DataLoader` does, from a `Datasets` of `TfmdLists` over lists, by index"
+    if not dl.indexed or dl.prebatched or type(dl.dataset) is not Datasets: return False
+    if _hook(dl, 'create_item') is not None or _hook(dl, 'do_item') is not None or _hook(dl, 'after_item') is False:
+        return False
+    return all(type(tl) is TfmdLists and '_after_item' not in vars(tl) and type(tl.items) is list
+               and type(tl.tfms) is Pipeline for tl in dl.dataset.tls)
+
+def _after_item(dl):
+    "`dl`'s `after_item` as one function of an item, None where it gives the item back"
+    return None if (p := _hook(dl, 'after_item')) is None else pipeline_fn(p)
+
 def item_maker(dl:DataLoader, # A fastai `DataLoader`
                codes:dict|None=None # Gets the label tensors made once, for `batch_maker`
               ):
     "The function from an index to the item `dl.do_item` makes, with fewer calls, where it can; else None"
-    if not dl.indexed or dl.prebatched or type(dl.dataset) is not Datasets: return None
-    hooks = [_hook(dl, n) for n in ('create_item', 'do_item', 'after_item')]
-    if hooks[:2] != [None, None] or hooks[2] is False: return None
-    for tl in dl.dataset.tls:
-        if type(tl) is not TfmdLists or '_after_item' in vars(tl) or type(tl.items) is not list: return None
-        if type(tl.tfms) is not Pipeline: return None
-    after = hooks[2] and pipeline_fn(hooks[2])
+    if not _plain_items(dl): return None
+    after = _after_item(dl)
     once = _fastai_batches(dl)
     cols = [(tl.items, _column(tl, once, codes)) for tl in dl.dataset.tls]
     if len(cols) == 2 and cols[0][1] and cols[1][1] and after is None: # the usual input and target: one call an item
@@ -166,12 +181,15 @@ def _stacked(col):
     if not isinstance(t, Tensor) or t.is_nested or t.layout is not torch.strided: return None
     return torch.stack(col, 0)
 
+def _category_stack(vals):
+    "The stack of the 0-d `TensorCategory`s of codes `vals` (a numpy array of int64)"
+    return torch.from_numpy(vals).clone().as_subclass(TensorCategory) # in memory of its own, as a stack is
+
 def _labels(col, codes):
     "The stack of label tensors `col` made once into `codes`, from their values; None if one was made elsewhere"
     made = list(map(codes.get, map(id, col)))
     if None in made or not all(map(operator.is_, map(itemgetter(0), made), col)): return None
-    vals = torch.from_numpy(np.fromiter(map(itemgetter(1), made), np.int64, len(made))) # 5 us; `torch.tensor` of a list: 15
-    return vals.clone().as_subclass(TensorCategory) # in memory of its own, as a stack is
+    return _category_stack(np.fromiter(map(itemgetter(1), made), np.int64, len(made))) # 5 us; `torch.tensor` of a list: 15
 
 def batch_maker(dl:DataLoader, # A fastai `DataLoader`
                 codes:dict|None=None # The label tensors `item_maker` made once
@@ -191,3 +209,73 @@ def batch_maker(dl:DataLoader, # A fastai `DataLoader`
         if not tensors or len(res) != len(b[0]): return dl.retain(tuple(res), b)
         return tuple([retain_type(o, t) for o,t in zip(res, b[0])]) # what `retain` does to a tuple of tensors
     return _batch
+
+# %% ../nbs/02a_items.ipynb #a7c9e1d3
+_kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
+_ints = {int}
+
+def _label_values(enc, codes):
+    "`made(v)`: the label tensor of value `v`, made once into `codes`; `stack(col)`: the labels of values `col` (or None)"
+    label,known = _made_once(enc, codes),{} # a type -> {a value of it: its label's code}, for the labels made once
+    def made(v):
+        res = label(v)
+        if (c := codes.get(id(res))) is not None and c[0] is res: known.setdefault(type(v), {})[v] = c[1]
+        return res
+    def stack(col):
+        if len(ts := set(map(type, col))) != 1 or (d := known.get(ts.pop())) is None: return None
+        try: return _category_stack(np.fromiter(map(d.__getitem__, col), np.int64, len(col)))
+        except (KeyError, TypeError): return None # a value not made before, or one that can't be hashed
+    return made,stack
+
+def _fused_column(tl, codes):
+    "`(items, f, raw, made, stack)` for `TfmdLists` `tl`: `f` its pipeline before a `Categorize` (`raw`: a getter itself)"
+    encs,made,stack = _encoders(tl.tfms),None,None
+    if _categorized(encs): made,stack = _label_values(encs.pop()[1], codes)
+    f = _composed([e for _,e in encs])
+    g = getattr(f, 'getter', None) # a function of any item: called itself, its results typed a batch at a time
+    if g is None or any(issubclass(t, tuple) for t in set(map(type, tl.items))): return tl.items,f,False,made,stack
+    return tl.items,g,True,made,stack
+
+def column_batches(dl:DataLoader, # A fastai `DataLoader`
+                   codes:dict|None=None # Gets the label tensors made once
+                  ):
+    "The function from indices to the batches `dl` makes of their items, each batch made in one pass, where it can"
+    if not _plain_items(dl) or len(dl.dataset.tls) != 2 or not _fastai_batches(dl) or _after_item(dl) is not None: return None
+    if _hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
+    codes = {} if codes is None else codes
+    cols = [_fused_column(tl, codes) for tl in dl.dataset.tls]
+    batch = batch_maker(dl, codes)
+    def _items(vals):
+        "The items `item_maker` makes, of the indices and getters' results `vals`"
+        ks,*cs = zip(*vals)
+        for i,(items,_,raw,made,_) in enumerate(cols):
+            if raw: cs[i] = list(map(_retained, cs[i], map(items.__getitem__, ks)))
+            if made is not None: cs[i] = list(map(made, cs[i]))
+        return list(zip(*cs))
+    def _batch(vals):
+        ks,*cs = zip(*vals)
+        res = []
+        for (items,_,raw,_,stack),col in zip(cols, cs):
+            if raw and any(map(isinstance, xs := list(map(items.__getitem__, ks)), map(type, col))):
+                col = list(map(_retained, col, xs)) # a result whose item is of a subclass of its type
+            try: o = _stacked(col) if stack is None else stack(col)
+            except Exception: o = None # with fastai's message, below
+            if o is None: return batch(_items(vals))
+            res.append(o if stack is not None else retain_type(o, col[0])) # labels: typed as `retain` leaves them
+        return tuple(res)
+    def _batches(samps):
+        it,vals,bs = iter(samps),[],dl.bs
+        while idx := list(islice(it, bs - len(vals))):
+            if not _ints.issuperset(map(type, idx)): # from an index that isn't an `int` on: `do_item`'s items
+                items = chain(_items(vals) if vals else (), filter(_kept, map(item_maker(dl, codes), chain(idx, it))))
+                yield from map(batch, dl.chunkify(items))
+                return
+            n = len(vals)
+            try: vals.extend(zip(idx, *[map(items.__getitem__, idx) if f is None else map(f, map(items.__getitem__, idx))
+                                        for items,f,_,_,_ in cols]))
+            except SkipItemException: it = chain(idx[len(vals)-n+1:], it) # CPython's `extend` keeps what it added
+            if len(vals) == bs:
+                yield _batch(vals)
+                vals = []
+        if vals and not dl.drop_last: yield _batch(vals)
+    return _batches
