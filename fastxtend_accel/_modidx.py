@@ -446,6 +446,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                           'fastxtend_accel/fsdp_values.py')},
             'fastxtend_accel.items': { 'fastxtend_accel.items._after_item': ('items.html#_after_item', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._any_encoder': ('items.html#_any_encoder', 'fastxtend_accel/items.py'),
+                                       'fastxtend_accel.items._as_made': ('items.html#_as_made', 'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._called_as_transform': ( 'items.html#_called_as_transform',
                                                                                        'fastxtend_accel/items.py'),
                                        'fastxtend_accel.items._categorized': ('items.html#_categorized', 'fastxtend_accel/items.py'),

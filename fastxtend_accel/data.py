@@ -182,7 +182,9 @@ def _fetch_rows(rows, collect=tuple):
     "The function from a batch's indices to `collect` of `t[items[idxs]]` (`t[idxs]` where `items` is None) for `rows`"
     def _fetch(idxs):
         i = _index(idxs) # one conversion of the list, not one a tensor
-        return collect([t[i] if items is None else t[items[i]] for t,items in rows])
+        # `index_select`: the same rows, 4 us for 64 of 64 floats where `t[i]` takes 10; but no negative index
+        try: return collect([t.index_select(0, i if items is None else items.index_select(0, i)) for t,items in rows])
+        except IndexError: return collect([t[i] if items is None else t[items[i]] for t,items in rows]) # or its error
     return _fetch
 
 class TorchBatchDL(DataLoader):

@@ -213,6 +213,12 @@ def batch_maker(dl:DataLoader, # A fastai `DataLoader`
 # %% ../nbs/02a_items.ipynb #a7c9e1d3
 _kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
 _ints = {int}
+_plain_meta = {type, type(Tensor)} # metaclasses whose `isinstance` is `type`'s (torch's and fastai's tensors have one)
+
+def _as_made(col, ints):
+    "Whether `_retained` gives back each result in `col` of items all `int`s (`ints`), known from their types alone"
+    # with `type`'s `isinstance`, an `int` is an instance of `int` and `object` only
+    return ints and object not in (ts := set(map(type, col))) and _plain_meta.issuperset(map(type, ts))
 
 def _label_values(enc, codes):
     "`made(v)`: the label tensor of value `v`, made once into `codes`; `stack(col)`: the labels of values `col` (or None)"
@@ -228,35 +234,37 @@ def _label_values(enc, codes):
     return made,stack
 
 def _fused_column(tl, codes):
-    "`(items, f, raw, made, stack)` for `TfmdLists` `tl`: `f` its pipeline before a `Categorize` (`raw`: a getter itself)"
+    "`(items, f, raw, ints, made, stack)` for `TfmdLists` `tl`: `f` its pipeline before a `Categorize` (`raw`: a getter)"
     encs,made,stack = _encoders(tl.tfms),None,None
     if _categorized(encs): made,stack = _label_values(encs.pop()[1], codes)
-    f = _composed([e for _,e in encs])
+    f,types = _composed([e for _,e in encs]),set(map(type, tl.items))
     g = getattr(f, 'getter', None) # a function of any item: called itself, its results typed a batch at a time
-    if g is None or any(issubclass(t, tuple) for t in set(map(type, tl.items))): return tl.items,f,False,made,stack
-    return tl.items,g,True,made,stack
+    if g is None or any(issubclass(t, tuple) for t in types): return tl.items,f,False,False,made,stack
+    return tl.items,g,True,types == _ints,made,stack
 
 def column_batches(dl:DataLoader, # A fastai `DataLoader`
                    codes:dict|None=None # Gets the label tensors made once
                   ):
     "The function from indices to the batches `dl` makes of their items, each batch made in one pass, where it can"
-    if not _plain_items(dl) or len(dl.dataset.tls) != 2 or not _fastai_batches(dl) or _after_item(dl) is not None: return None
-    if _hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
+    if not _plain_items(dl) or len(dl.dataset.tls) != 2 or not _fastai_batches(dl): return None
+    if _after_item(dl) is not None or _hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
     codes = {} if codes is None else codes
     cols = [_fused_column(tl, codes) for tl in dl.dataset.tls]
     batch = batch_maker(dl, codes)
+    def _value(col, s, v):
+        "What `item_maker`'s column `col` makes of its item `s`, `v` its getter's result"
+        items,_,raw,_,made,_ = col
+        if raw: v = _retained(v, items[s])
+        return v if made is None else made(v)
     def _items(vals):
-        "The items `item_maker` makes, of the indices and getters' results `vals`"
-        ks,*cs = zip(*vals)
-        for i,(items,_,raw,made,_) in enumerate(cols):
-            if raw: cs[i] = list(map(_retained, cs[i], map(items.__getitem__, ks)))
-            if made is not None: cs[i] = list(map(made, cs[i]))
-        return list(zip(*cs))
+        "The items `item_maker` makes of indices and their getters' results `vals`, one after the other (errors as fastai)"
+        return [tuple([_value(c, s, v) for c,v in zip(cols, vs)]) for s,*vs in vals]
     def _batch(vals):
         ks,*cs = zip(*vals)
         res = []
-        for (items,_,raw,_,stack),col in zip(cols, cs):
-            if raw and any(map(isinstance, xs := list(map(items.__getitem__, ks)), map(type, col))):
+        for (items,_,raw,ints,_,stack),col in zip(cols, cs):
+            xs = None if not raw or _as_made(col, ints) else list(map(items.__getitem__, ks))
+            if xs is not None and any(map(isinstance, xs, map(type, col))):
                 col = list(map(_retained, col, xs)) # a result whose item is of a subclass of its type
             try: o = _stacked(col) if stack is None else stack(col)
             except Exception: o = None # with fastai's message, below
@@ -264,16 +272,23 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
             res.append(o if stack is not None else retain_type(o, col[0])) # labels: typed as `retain` leaves them
         return tuple(res)
     def _batches(samps):
-        it,vals,bs = iter(samps),[],dl.bs
-        while idx := list(islice(it, bs - len(vals))):
+        it,vals,bs,rest = iter(samps),[],dl.bs,[] # `rest`: the indices after a skipped item's
+        while idx := rest + list(islice(it, bs - len(vals) - len(rest))):
             if not _ints.issuperset(map(type, idx)): # from an index that isn't an `int` on: `do_item`'s items
-                items = chain(_items(vals) if vals else (), filter(_kept, map(item_maker(dl, codes), chain(idx, it))))
+                items = chain(_items(vals), filter(_kept, map(item_maker(dl, codes), chain(idx, it))))
                 yield from map(batch, dl.chunkify(items))
                 return
-            n = len(vals)
+            n,rest = len(vals),[]
             try: vals.extend(zip(idx, *[map(items.__getitem__, idx) if f is None else map(f, map(items.__getitem__, idx))
-                                        for items,f,_,_,_ in cols]))
-            except SkipItemException: it = chain(idx[len(vals)-n+1:], it) # CPython's `extend` keeps what it added
+                                        for items,f,_,_,_,_ in cols]))
+            except SkipItemException: rest = idx[len(vals)-n+1:] # CPython's `extend` keeps what it added before
+            except Exception:
+                _items(vals) # a label `Categorize` refuses, of an item before, raises first, as in fastai
+                raise
+            else:
+                if len(vals) - n < len(idx): # a getter raised `StopIteration`: fastai's `map` of items ends there
+                    if vals and not dl.drop_last: yield _batch(vals)
+                    return
             if len(vals) == bs:
                 yield _batch(vals)
                 vals = []
