@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_data.ipynb #b38309fb
 from __future__ import annotations
-import math, operator, random, sys
+import math, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
