@@ -8,7 +8,7 @@ import math, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
-from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset, default_collate
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, TensorDataset, default_collate
 from fastai.basics import *
 import fastai.data.load
 from fastai.distributed import DistributedDL
@@ -19,7 +19,8 @@ from .patching import fastai_method, own_fake_loader
 from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
 
 # %% auto #0
-__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'to_device']
+__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'torch_fetcher',
+           'torch_batches', 'to_device']
 
 # %% ../nbs/03_data.ipynb #b6913d79
 def is_lm_loader(dl):
@@ -277,6 +278,34 @@ def create_batches(self:DataLoader, samps):
         if fetch is not None: yield from map(fetch, self.chunkify(samps))
         elif fused is not None: yield from fused(samps)
         else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
+
+# %% ../nbs/03_data.ipynb #e2f3a4b5
+def torch_fetcher(dl # A torch `DataLoader`
+                 ):
+    "The function from a batch's indices to the batch `iter(dl)` makes of them, where one indexing does it; else None"
+    if not (type(dl) is torch.utils.data.DataLoader and dl.num_workers == 0 and not dl.pin_memory and dl.timeout == 0
+            and dl.collate_fn is default_collate and type(dl.batch_sampler) is BatchSampler
+            and type(dl.batch_sampler.sampler) in (SequentialSampler, RandomSampler)): return None
+    # `default_collate` of a `TensorDataset`'s tuples: a list of each column's stack, its tensor's rows indexed at once
+    return None if (rows := _tensor_rows(dl.dataset)) is None else _fetch_rows(rows, list)
+
+def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
+                  fetch # `torch_fetcher(dl)`
+                 ):
+    "An epoch of `dl`'s batches as `iter(dl)` gives them, each made by `fetch`, drawing the random numbers torch draws"
+    torch.empty((), dtype=torch.int64).random_(generator=dl.generator) # torch's iterator, as it starts: its workers' seed
+    return map(fetch, dl.batch_sampler) # the sampler draws its order at the first batch, as in torch's iterator
+
+_fastai_all_batches = fastai_method(Learner, 'all_batches')
+
+@patch
+def all_batches(self:Learner):
+    "fastai's loop over `self.dl`'s batches; a torch `DataLoader` that `torch_fetcher` serves gives each in one fetch"
+    if (fetch := torch_fetcher(self.dl)) is None: return _fastai_all_batches(self)
+    # fastai's two lines, iterating `torch_batches` (fastai's iterate `self.dl`)
+    self.n_iter = len(self.dl)
+    for o in enumerate(torch_batches(self.dl, fetch)): self.one_batch(*o)
+
 
 # %% ../nbs/03_data.ipynb #4d27f87d
 _fastai_to_device = fastai_method(fastai.data.load, 'to_device')

@@ -8,7 +8,7 @@ import math
 import torch
 from torch.utils.data import get_worker_info
 from fastai.basics import *
-from .patching import fastai_method
+from .patching import fastai_method, kept
 from .data import ShardedDL
 from .rng import *
 from .fields import restore_recorder
@@ -30,12 +30,12 @@ def _do_fit(self:Learner):
         self._with_events(self._do_epoch, 'epoch', CancelEpochException)
 
 # %% ../nbs/15_resume.ipynb #3b4b1417
-_fastai_all_batches = fastai_method(Learner, 'all_batches')
+_all_batches = kept(Learner, 'all_batches', 'pre_resume') # `fastxtend_accel.data`'s: torch loaders fetched whole
 
 @patch
 def all_batches(self:Learner):
     start = getattr(self, '_start_batch', None)
-    if start is None: return _fastai_all_batches(self)
+    if start is None: return _all_batches(self)
     del self._start_batch
     self.n_iter = len(self.dl) # the whole epoch's, which the schedule counts in
     for o in enumerate(self.dl, start): self.one_batch(*o)
