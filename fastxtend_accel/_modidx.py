@@ -297,6 +297,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                       'fastxtend_accel.data._lm_rows': ('data.html#_lm_rows', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._plain_rows': ('data.html#_plain_rows', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._plain_sampler': ('data.html#_plain_sampler', 'fastxtend_accel/data.py'),
+                                      'fastxtend_accel.data._select': ('data.html#_select', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._tensor_rows': ('data.html#_tensor_rows', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data._to_itself': ('data.html#_to_itself', 'fastxtend_accel/data.py'),
                                       'fastxtend_accel.data.batch_device': ('data.html#batch_device', 'fastxtend_accel/data.py'),

@@ -1,5 +1,5 @@
 """GPU checks (issue 14): Accelerate's fp16 `GradScaler` and bf16 on CUDA, inductor and CUDA graphs inside fastai's loop,
-checkpoints moved between the GPU and the CPU, and a launch on one GPU.
+checkpoints moved between the GPU and the CPU, a launch on one GPU, and batches of a dataset on the GPU.
 
     pytest -m gpu -rs tests/test_gpu.py   # on a CUDA machine (`bash tools/gpu_check.sh` installs, then runs this)
 
@@ -69,6 +69,22 @@ class InfGrads(Callback):
             self.after = [p.detach().clone() for p in self.learn.model.parameters()]
             self.skipped = self.learn.accelerator.acc_opt.step_was_skipped
         self.n += 1
+
+@gpu
+def test_batches_of_cuda_tensors():
+    "A dataset already on the GPU: torch's and fastai's loaders fetch each batch at once, as they make it item by item"
+    from torch.utils.data import TensorDataset, DataLoader as TorchDL
+    from fastai.basics import Datasets, TfmdDL
+    from fastxtend_accel.data import batch_fetcher, torch_batches, torch_fetcher
+    x,y = torch.randn(50, 3, device='cuda'),torch.arange(50, device='cuda')
+    def same(a, b): return len(a) == len(b) and all(torch.equal(u, v) and u.device == v.device for u,v in zip(a, b))
+    dl = TorchDL(TensorDataset(x, y), batch_size=8)
+    fetched,by_torch = list(torch_batches(dl, torch_fetcher(dl))),list(dl)
+    assert len(fetched) == 7 and all(map(same, fetched, by_torch))
+    for ds in TensorDataset(x, y),Datasets(list(range(50)), [[x.__getitem__], [y.__getitem__]]):
+        fdl = TfmdDL(ds, bs=8)
+        for idxs in ([3, 1, 7], [-1, 2, -10]): # negative ones by indexing, from the end
+            assert same(batch_fetcher(fdl)(idxs), fdl.do_batch([fdl.do_item(i) for i in idxs]))
 
 @gpu
 def test_fp16_grad_scaler_skips_overflow_step():
