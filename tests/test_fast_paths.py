@@ -109,7 +109,8 @@ for opt in ('fastai', 'torch'):
     kw = {} if opt == 'fastai' else dict(opt_func=partial(OptimWrapper, opt=AdamW))
     make = dict(datasets=synth_learner_digits, datablock=datablock_learner, torchdl=torch_learner)[data]
     learn = make(n=512, bs=32, **kw)
-    if mode == 'slow' and data != 'torchdl': # fastai's items (own `create_item`, an item transform changing nothing), fastai's `one_batch`
+    # fastai's items (own `create_item`, an item transform changing nothing), fastai's `one_batch`
+    if mode == 'slow' and data != 'torchdl':
         dls = DataLoaders(*[dl.new(after_item=lambda o: o, create_item=dl.dataset.__getitem__)
                             for dl in learn.dls.loaders], device='cpu')
         for new,old in zip(dls.loaders, learn.dls.loaders): new.rng = old.rng # the same shuffles
