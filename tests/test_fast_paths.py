@@ -202,7 +202,7 @@ def test_calls_per_step():
     # 471 and 462 measured (3,410 and 1,221 before the shortcuts; 494 and 487 before `sample` gave its list's iterator)
     assert _calls_per_step(dsets.dataloaders(bs=32, num_workers=0)) < 560
     assert _calls_per_step(DataLoaders.from_dsets(tds, tds, bs=32, num_workers=0)) < 560
-    # each batch fetched whole (`torch_fetcher`): 445 measured (692 item by item as torch makes it, 828 before the rest)
+    # each batch fetched whole (`torch_fetcher`): 447 measured (692 item by item as torch makes it, 828 before the rest)
     assert _calls_per_step(DataLoaders(TorchDL(tds, batch_size=32, shuffle=True), TorchDL(tds, batch_size=32))) < 520
     # a `DataBlock`, items made with few calls, each label's tensor once, batches collated a column at a time, its
     # `TensorCategory` batches kept as they are on their device, the getters called with no lookup and an item made in one
