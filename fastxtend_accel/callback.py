@@ -4,7 +4,7 @@
 
 # %% ../nbs/08_callback.ipynb #2d12a451
 from __future__ import annotations
-import sys
+import importlib
 from contextlib import ExitStack
 import torch
 from torch import nn
@@ -24,12 +24,13 @@ from .fsdp import *
 from .xla import *
 
 # %% auto #0
-__all__ = ['AcceleratorCallback']
+__all__ = ['step', 'AcceleratorCallback']
 
 # %% ../nbs/08_callback.ipynb #8f32a1bd
 _fastai_opt_step = fastai_method(Optimizer, 'step')
 
-@patch
+@global_patch(Optimizer, "torch's optimizer API: `step(closure)`, which fastai's refuses, for code written for torch "
+                         "optimizers (every optimizer steps through it)")
 def step(self:Optimizer, closure=None):
     "Update the parameters with `self.cbs`, after evaluating `closure` (with gradients on) if given; returns its loss"
     loss = None
@@ -39,31 +40,25 @@ def step(self:Optimizer, closure=None):
     return loss
 
 # %% ../nbs/08_callback.ipynb #4ad87a1b
-_fastai_set_device = fastai_method(Learner, '_set_device')
-
 @patch
-def _set_device(self:Learner, b):
-    if self.accelerator is None: return _fastai_set_device(self, b)
+def _set_device(self:ExtendedLearner, b):
+    if self.accelerator is None: return Learner._set_device(self, b)
     return to_device(b, self.accelerator.batch_device)
 
 # %% ../nbs/08_callback.ipynb #9f3aac5e
-_fastai_backward = fastai_method(Learner, '_backward')
-
 @patch
-def _backward(self:Learner):
-    if self.accelerator is None: return _fastai_backward(self)
+def _backward(self:ExtendedLearner):
+    if self.accelerator is None: return Learner._backward(self)
     self.accelerator.backward(self.loss_grad)
 
 # %% ../nbs/08_callback.ipynb #e7dce017
-_fastai_step = fastai_method(Learner, '_step')
-
 @patch
-def _step(self:Learner):
-    if self.accelerator is None: return _fastai_step(self)
+def _step(self:ExtendedLearner):
+    if self.accelerator is None: return Learner._step(self)
     self.accelerator.step()
 
 # %% ../nbs/08_callback.ipynb #6b1c5c9c
-class AcceleratorCallback(Callback):
+class AcceleratorCallback(ExtendingCallback):
     "Train a `Learner` with Hugging Face Accelerate: DDP, sharded data, mixed precision, gradient accumulation"
     # before GradientAccumulation (6), MixedPrecision (10), GradientClip (11)
     order,_default = MixedPrecision.order-5,'accelerator'
@@ -101,7 +96,7 @@ class AcceleratorCallback(Callback):
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
         self.xla,self.home = is_xla(self.accelerator),None # On an XLA device; where the model was before the fit
         if self.xla: check_xla(self.accelerator)
-        self._no_sync,self.depth,self.old_loaders,self.fit_starting = ExitStack(),0,None,False
+        self._no_sync,self._fetching,self.depth,self.old_loaders,self.fit_starting = ExitStack(),ExitStack(),0,None,False
         self.set_distributed(self.accelerator.num_processes > 1)
 
     def set_distributed(self,
@@ -138,13 +133,15 @@ def accelerate(self:Learner,
     # the global batch), ...
     **kwargs
 ):
-    "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`"
+    "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`; with `log_with`, send the fit to its trackers"
+    # trackers: their module, imported when asked for (it names the package to install for a missing one)
+    trackers = importlib.import_module('fastxtend_accel.trackers') if kwargs.get('log_with') else None
+    if trackers is not None: trackers.check_trackers(kwargs['log_with'])
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
-    if kwargs.get('log_with') and 'fastxtend_accel.trackers' not in sys.modules:
-        warn("`log_with` starts Accelerate's trackers, but the fit's values reach them once `fastxtend_accel.trackers` "
-             "is imported: `from fastxtend_accel.trackers import *` (or `fastxtend_accel.all`)")
-    return self.add_cb(cb)
+    self.add_cb(cb)
+    if trackers is not None: trackers.add_trackers(self)
+    return self
 
 # %% ../nbs/08_callback.ipynb #818893fb
 @patch
@@ -201,7 +198,11 @@ def before_fit(self:AcceleratorCallback):
             if isinstance(cb, _main_only_cbs): cb.run = False # fastai turns `run` back on after the fit
 
 @patch
-def _shard(self:AcceleratorCallback, dl): return shard_dl(dl, self.accelerator) if self.distributed else dl
+def _shard(self:AcceleratorCallback, dl):
+    "`dl` as this process's share where the work is shared, making its batches with `fetching`'s methods in this fit"
+    dl = shard_dl(dl, self.accelerator) if self.distributed else dl
+    self._fetching.enter_context(fetching(dl))
+    return dl
 
 # %% ../nbs/08_callback.ipynb #e0feb07d
 @patch
@@ -212,7 +213,7 @@ def _restore(self:AcceleratorCallback):
     if self.home is not None: # back where it was: files hold no XLA tensor, and fastai's `model.to` moves nothing
         learn.model,self.home = leave_xla(learn, acc.unwrap_model(learn.model, keep_fp32_wrapper=False), self.home),None
     if self.old_loaders is None: return
-    self._no_sync.close()
+    self._no_sync.close(); self._fetching.close()
     learn.model = acc.unwrap_model(learn.model, keep_fp32_wrapper=False)
     if self.fsdp: reshard(learn.model) # an evaluation leaves the root module's full parameters allocated
     learn.dls.loaders,learn.logger,self.old_loaders,self.acc_opt = self.old_loaders,self.old_logger,None,None
@@ -228,15 +229,12 @@ def after_fit(self:AcceleratorCallback):
     if self.depth == 0: self._restore()
 
 # %% ../nbs/08_callback.ipynb #958f44da
-_fastai_fit = fastai_method(Learner, 'fit')
-Learner.fit_calls,Learner.in_fit = 0,False
-
 @patch
-def fit(self:Learner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
+def fit(self:ExtendedLearner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
     "fastai's `fit`, leaving an accelerated learner as it was before even when the fit raises"
     self.fit_calls,outer,self.in_fit = self.fit_calls+1,self.in_fit,True
     if self.accelerator is not None: self.accelerator.fit_starting = True
-    try: return _fastai_fit(self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
+    try: return Learner.fit(self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
     finally:
         self.in_fit = outer
         if self.accelerator is not None and not outer: self.accelerator._restore()

@@ -9,7 +9,7 @@ from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
 from fastai.basics import *
-from .patching import epoch_order, worker_init, set_worker_init
+from .patching import ExtendingCallback, epoch_order, worker_init, set_worker_init
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL
 from .accelerator import restart_counts
@@ -47,7 +47,7 @@ def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to
     return done[-1] if done else None
 
 # %% ../nbs/16_checkpoint.ipynb #e557154f
-class CheckpointCallback(Callback):
+class CheckpointCallback(ExtendingCallback):
     "Checkpoint a fit every few steps and/or epochs, resume it exactly, and checkpoint on SIGTERM/SIGINT"
     # after the `Recorder` (50), whose history it saves and restores, and the `ProgressCallback` (60), which must see an
     # epoch start before it is skipped

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from fastai.basics import *
 import accelerate.utils as au
+from .patching import note_change
 
 # %% auto #0
 __all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction']
@@ -118,4 +119,6 @@ def _settle_before_fork():
     time.sleep(0.001) # the GIL released: a thread waiting for it runs on, and is done
     sys._current_frames() # takes and releases the lock that a child forked while it is held waits for forever
 
-if sys.version_info < (3, 11, 10): os.register_at_fork(before=_settle_before_fork)
+if sys.version_info < (3, 11, 10):
+    os.register_at_fork(before=_settle_before_fork)
+    note_change(os, 'fork', _settle_before_fork, "every process (Python before 3.11.10): waits 1 ms before a fork")

@@ -14,7 +14,7 @@ from fastcore.meta import delegates
 from fastai.basics import *
 import fastai.learner
 import fastai.callback.schedule # adds `Learner.fine_tune`, which this module wraps
-from .patching import kept, unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
+from .patching import ExtendedLearner, ExtendingCallback, kept, unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
 from .core import AcceleratorCallback
 from .dynamo import *
 _all_ = ['compile_model', 'uncompile_model', 'is_compiled', 'DynamoExplainCallback'] # for `from ...compiler import *`
@@ -66,7 +66,7 @@ def _backend(backend, xla):
 def _has_tf32(): return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
 
 # %% ../nbs/09a_compiler.ipynb #cba3260c
-class CompilerCallback(Callback):
+class CompilerCallback(ExtendingCallback):
     "Compile the `Learner`'s model in place with `torch.compile` at the start of each fit"
     # compile the bare model before `AcceleratorCallback` wraps it in DDP (PyTorch's advice)
     order = AcceleratorCallback.order-1
@@ -166,9 +166,9 @@ def compile(self:Learner, **kwargs):
     return self.add_cb(cb)
 
 # %% ../nbs/09a_compiler.ipynb #4a1b66d1
-def _pre_compiler(cls, name):
-    "`cls.name` as it was before this module first patched it (fastai's, or `fastxtend_accel.core`'s patch of it)"
-    return kept(cls, name, 'pre_compiler')
+def _pre_compiler(name):
+    "`ExtendedLearner.name` as it was before this module first patched it (`core`'s or `fsdp_values`'), else fastai's"
+    return kept(ExtendedLearner, name, 'pre_compiler', getattr(Learner, name))
 
 def _unwrapped_key(k): return k.replace('_orig_mod.', '')
 
@@ -180,11 +180,11 @@ def _match_orig_mod(module, state_dict, prefix, *args):
         if new != k and new not in state_dict: state_dict[new] = state_dict.pop(k)
 
 # %% ../nbs/09a_compiler.ipynb #de6c2236
-_load = _pre_compiler(Learner, 'load')
+_load = _pre_compiler('load')
 
 @patch
 @delegates(_load)
-def load(self:Learner, file, device=None, **kwargs):
+def load(self:ExtendedLearner, file, device=None, **kwargs):
     "Load model and optimizer state from `self.path/self.model_dir/file`, with or without `_orig_mod.` in the keys"
     hook = get_model(self.model).register_load_state_dict_pre_hook(_match_orig_mod)
     try: return _load(self, file, device, **kwargs)
@@ -192,10 +192,10 @@ def load(self:Learner, file, device=None, **kwargs):
 
 # %% ../nbs/09a_compiler.ipynb #9f1924cb
 _compile_cbs = (CompilerCallback, DynamoExplainCallback)
-_export = _pre_compiler(Learner, 'export')
+_export = _pre_compiler('export')
 
 @patch
-def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+def export(self:ExtendedLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
     "Export the content of `self` for inference, uncompiled and without compile or accelerate callbacks"
     model = self.model
     self.model = inner_model(model) if unwrap_torch_compiled(model) is not model else model
@@ -205,22 +205,18 @@ def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_p
     finally: self.model = model
 
 # %% ../nbs/09a_compiler.ipynb #afc2cc1d
-_load_learner = _pre_compiler(fastai.learner, 'load_learner')
-
 def load_learner(fname, cpu=True, pickle_module=pickle):
-    "Load a `Learner` exported to `fname`, uncompiled and without `CompilerCallback`"
-    learn = _load_learner(fname, cpu, pickle_module)
+    "fastai's `load_learner`, the learner uncompiled and without `CompilerCallback` (in a file fastai's `export` wrote)"
+    learn = fastai.learner.load_learner(fname, cpu, pickle_module)
     learn.remove_cbs([cb for cb in learn.cbs if isinstance(cb, _compile_cbs)])
     learn.model = uncompile_model(inner_model(learn.model))
     return learn
 
-fastai.learner.load_learner = load_learner
-
 # %% ../nbs/09a_compiler.ipynb #7b25789e
-_freeze_to = _pre_compiler(Learner, 'freeze_to')
+_freeze_to = _pre_compiler('freeze_to')
 
 @patch
-def freeze_to(self:Learner, n:int):
+def freeze_to(self:ExtendedLearner, n:int):
     "Freeze parameter groups up to `n`; on a compiled learner, drop their gradients and have the model compiled afresh"
     _freeze_to(self, n)
     cbs = [cb for cb in self.cbs if isinstance(cb, CompilerCallback)]
@@ -233,11 +229,11 @@ def freeze_to(self:Learner, n:int):
              "use `learn.compile()` to have it compiled afresh at the next fit.")
 
 # %% ../nbs/09a_compiler.ipynb #aea93a67
-_fine_tune = _pre_compiler(Learner, 'fine_tune')
+_fine_tune = _pre_compiler('fine_tune')
 
 @patch
 @delegates(_fine_tune)
-def fine_tune(self:Learner,
+def fine_tune(self:ExtendedLearner,
     epochs:int, # Number of unfrozen epochs
     base_lr:float=2e-3, # Learning rate of the head (the unfrozen epochs use `base_lr/2`)
     freeze_epochs:int=1, # Number of frozen epochs

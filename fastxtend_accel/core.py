@@ -8,7 +8,7 @@ import functools
 import cloudpickle
 from contextlib import contextmanager, nullcontext
 from fastai.basics import *
-from .patching import fastai_method
+from .patching import ExtendedLearner
 from .data import ShardedDL
 from .collectives import *
 from .events import call_event, opt_method
@@ -49,19 +49,16 @@ def main_process_only(f):
     return _inner
 
 # %% ../nbs/08a_core.ipynb #9a04b3c7
-_fastai_to_detach = fastai_method(Learner, 'to_detach')
-
 @patch
-def to_detach(self:Learner, b, cpu=True, gather=True):
+def to_detach(self:ExtendedLearner, b, cpu=True, gather=True):
     # no collective for a process working alone
     if self.accelerator is not None and not self.accelerator.distributed: gather = False
-    return _fastai_to_detach(self, b, cpu, gather)
+    return Learner.to_detach(self, b, cpu, gather)
 
 # %% ../nbs/08a_core.ipynb #4af5857d
-_fastai_one_batch = fastai_method(Learner, 'one_batch')
-# the methods whose work the fused `one_batch` below does itself
+# the methods whose work the fused `one_batch` below does itself: fastai's, or those of an extended learner's events
 _loop_names = ('_do_one_batch', '_do_grad_opt', '_with_events', '_call_one', '__call__')
-_loop = tuple(vars(Learner)[n] for n in _loop_names)
+_loop = tuple(vars(ExtendedLearner).get(n) or vars(Learner)[n] for n in _loop_names)
 
 def _own_loop(learn):
     "Whether `learn` runs the methods of `_loop`: no subclass or patch replaced one"
@@ -70,14 +67,14 @@ def _own_loop(learn):
             and learn.__dict__.keys().isdisjoint(_loop_names))
 
 @patch
-def one_batch(self:Learner, i, b):
+def one_batch(self:ExtendedLearner, i, b):
     "Train or evaluate on batch `b`, the `i`-th of the epoch; in an accelerated fit's own loop, in one function"
     acc = self.accelerator
     if acc is None or not acc.in_loop or not _own_loop(self):
         # a callback's own batch: this process alone
         if is_distributed(self) and not acc.in_loop and not acc.fsdp:
-            with self.single_process(): return _fastai_one_batch(self, i, b)
-        return _fastai_one_batch(self, i, b)
+            with self.single_process(): return Learner.one_batch(self, i, b)
+        return Learner.one_batch(self, i, b)
     self.iter = i
     self._split(self._set_device(b))
     try:
@@ -111,22 +108,21 @@ def distributed_eval(self:Learner):
     finally: cb.shared_eval = old
 
 # %% ../nbs/08a_core.ipynb #a53c7dc0
-_fastai_save = fastai_method(Learner, 'save')
-
 @patch
-def save(self:Learner, file, **kwargs):
+def save(self:ExtendedLearner, file, **kwargs):
     "fastai's `save`, written by the main process only; every process gets the file's path"
     with gathered(self, kwargs.get('with_opt', True)): # an FSDP2-sharded model: its full weights, from every process
-        if self.accelerator is None or self.is_main_process: return _fastai_save(self, file, **kwargs)
+        if self.accelerator is None or self.is_main_process: return Learner.save(self, file, **kwargs)
     return self.path/self.model_dir/f'{file}.pth' if isinstance(file, (str, Path)) else file
 
 # %% ../nbs/08a_core.ipynb #9b4b302a
-_fastai_export = fastai_method(Learner, 'export')
-
 @patch
-def export(self:Learner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Export the content of `self` for inference, without its `AcceleratorCallback`, from the main process only"
+def export(self:ExtendedLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
+    "Export the content of `self` for inference, as its plain class without `AcceleratorCallback`, from the main process"
     with gathered(self): # an FSDP2-sharded model: a plain copy with its full weights, from every process
         if not self.is_main_process: return # fastai asks `RANK`, which `debug_launcher` sets to 0 in every process
-        with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, AcceleratorCallback)]):
-            _fastai_export(self, fname, pickle_module, pickle_protocol)
+        cls,self.__class__ = self.__class__,self.plain_class # `load_learner` gives a learner running fastai's code
+        try:
+            with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, AcceleratorCallback)]):
+                Learner.export(self, fname, pickle_module, pickle_protocol)
+        finally: self.__class__ = cls

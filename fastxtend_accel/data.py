@@ -15,11 +15,13 @@ from fastai.distributed import DistributedDL
 from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
-from .patching import fastai_method, own_fake_loader
+from contextlib import contextmanager
+from types import MethodType
+from .patching import ExtendedLearner, note_change, epoch_order, own_fake_loader
 from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
 
 # %% auto #0
-__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'torch_fetcher',
+__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'fetching', 'torch_fetcher',
            'torch_batches', 'to_device']
 
 # %% ../nbs/03_data.ipynb #b6913d79
@@ -263,29 +265,46 @@ def batch_fetcher(dl # A fastai `DataLoader`
     return None
 
 # %% ../nbs/03_data.ipynb #7846c88a
-_fastai_create_batches = fastai_method(DataLoader, 'create_batches')
-
-_fastai_sample = fastai_method(DataLoader, 'sample')
-
-@patch
-def sample(self:DataLoader):
+def _sample(self:DataLoader):
     "The epoch's indices this process makes batches of: all of them without workers (or with one), as fastai's"
     # fastai's keeps every index whose batch number modulo `num_workers` is `offs`, one generator step an index
-    if self.num_workers == 1 and self.offs == 0: return iter(self._DataLoader__idxs)
-    return _fastai_sample(self)
+    if self.num_workers == 1 and self.offs == 0: return iter(epoch_order(self))
+    return DataLoader.sample(self)
 
-@patch
-def create_batches(self:DataLoader, samps):
+def _create_batches(self:DataLoader, samps):
     "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else a batch or an item at a time"
     fetch = batch_fetcher(self)
     fused = column_batches(self, codes := {}) if fetch is None else None
     item = item_maker(self, codes) if fetch is None and fused is None else None
-    if fetch is None and fused is None and item is None: yield from _fastai_create_batches(self, samps)
+    if fetch is None and fused is None and item is None: yield from DataLoader.create_batches(self, samps)
     else:
         if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
         if fetch is not None: yield from map(fetch, self.chunkify(samps))
         elif fused is not None: yield from fused(samps)
         else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
+
+_fetchers = dict(sample=_sample, create_batches=_create_batches) # the methods `fetching` gives a loader
+for _n,_f in _fetchers.items(): note_change(DataLoader, _n, _f, "an accelerated learner's loaders, during its fits (`fetching`)")
+
+def _fetched(dl):
+    "The fastai loaders whose methods make `dl`'s batches: `dl`, and the one a `ShardedDL` wraps"
+    if not isinstance(dl, DataLoader): return []
+    return [dl, dl.dl] if isinstance(dl, DistributedDL) and isinstance(dl.dl, DataLoader) else [dl]
+
+@contextmanager
+def fetching(*dls # fastai `DataLoader`s (or a `ShardedDL`); anything else is left as it is
+            ):
+    "Within this block, `dls` make their batches with `_fetchers` (a batch in one fetch where they can), not fastai's"
+    done = []
+    for dl in (o for d in dls for o in _fetched(d)):
+        for n,f in _fetchers.items():
+            # the loader's own (fastai's `DataLoader(create_batches=...)`, a subclass's: `ShardedDL`'s), or done already
+            if n in vars(dl) or getattr(type(dl), n) is not getattr(DataLoader, n): continue
+            setattr(dl, n, MethodType(f, dl)); done.append((dl, n))
+    try: yield
+    finally:
+        for dl,n in done:
+            if getattr(vars(dl).get(n), '__func__', None) is _fetchers[n]: delattr(dl, n)
 
 # %% ../nbs/03_data.ipynb #e2f3a4b5
 def torch_fetcher(dl # A torch `DataLoader`
@@ -304,20 +323,16 @@ def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
     torch.empty((), dtype=torch.int64).random_(generator=dl.generator) # torch's iterator, as it starts: its workers' seed
     return map(fetch, dl.batch_sampler) # the sampler draws its order at the first batch, as in torch's iterator
 
-_fastai_all_batches = fastai_method(Learner, 'all_batches')
-
 @patch
-def all_batches(self:Learner):
-    "fastai's loop over `self.dl`'s batches; a torch `DataLoader` that `torch_fetcher` serves gives each in one fetch"
-    if (fetch := torch_fetcher(self.dl)) is None: return _fastai_all_batches(self)
+def all_batches(self:ExtendedLearner):
+    "fastai's loop over `self.dl`'s batches; an accelerated learner's torch `DataLoader` that `torch_fetcher` serves gives each in one fetch"
+    if self.accelerator is None or (fetch := torch_fetcher(self.dl)) is None: return Learner.all_batches(self)
     # fastai's two lines, iterating `torch_batches` (fastai's iterate `self.dl`)
     self.n_iter = len(self.dl)
     for o in enumerate(torch_batches(self.dl, fetch)): self.one_batch(*o)
 
 
 # %% ../nbs/03_data.ipynb #4d27f87d
-_fastai_to_device = fastai_method(fastai.data.load, 'to_device')
-
 def _to_itself(cls):
     "Whether `.to` its own device gives a tensor of type `cls` itself back: torch's, and fastai's kinds as they are"
     return cls is Tensor or (issubclass(cls, TensorBase) and cls.to is Tensor.to
@@ -331,6 +346,4 @@ def to_device(b, device=None, non_blocking=False):
                 for t in b: # what `.to` does to fastai's kinds: metadata of their own (a batch may share an item's)
                     if type(t) is not Tensor: t.__dict__ = copy(t.__dict__)
                 return b
-    return _fastai_to_device(b, device, non_blocking)
-
-fastai.data.load.to_device = to_device # `DataLoader.__iter__`'s
+    return fastai.data.load.to_device(b, device, non_blocking)

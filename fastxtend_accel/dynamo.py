@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from packaging.version import Version
 from fastai.basics import *
-from .patching import (compiled_call, set_compiled_call, call_module, CompiledForward, unwrap_torch_compiled,
+from .patching import (ExtendingCallback, compiled_call, set_compiled_call, call_module, CompiledForward, unwrap_torch_compiled,
                                       compiled_graphs, clear_compiled_graphs)
 from .callback import AcceleratorCallback
 
@@ -97,7 +97,7 @@ def inner_model(model:nn.Module)->nn.Module:
         model = inner
 
 # %% ../nbs/09_dynamo.ipynb #933642bb
-class DynamoExplainCallback(Callback):
+class DynamoExplainCallback(ExtendingCallback):
     "Explain how `torch.compile` would split the model into graphs, on one batch, then cancel the fit"
     # after it: cancelling runs every `after_fit`, and `AcceleratorCallback.after_fit` needs its `before_fit` to have
     # run

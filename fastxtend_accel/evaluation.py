@@ -12,21 +12,36 @@ from fastai.basics import *
 from fastai.callback.schedule import LRFinder, ParamScheduler
 from fastai.callback.tracker import TerminateOnNaNCallback
 from fastai.callback.hook import ActivationStats
-from .patching import fastai_method
+from types import MethodType
+from .patching import note_change, accelerated_event
 from .collectives import *
 
 # %% auto #0
-__all__ = ['sync_smooth_loss']
+__all__ = ['accumulate', 'sync_smooth_loss', 'after_batch', 'before_fit', 'after_fit']
 
 # %% ../nbs/04_evaluation.ipynb #b83eac3b
-_fastai_smooth_acc = fastai_method(AvgSmoothLoss, 'accumulate')
+_accumulators = {} # fastai's `accumulate` of a metric class -> what an accelerated learner's `Recorder` runs instead
+
+def _accumulates(cls, why):
+    "Decorator: `cls.accumulate` as an accelerated learner's `Recorder` runs it (see `accumulate`)"
+    def _inner(f):
+        _accumulators[vars(cls)['accumulate']] = f
+        return note_change(cls, 'accumulate', f, f"an accelerated learner's `Recorder`: {why}")
+    return _inner
+
+def accumulate(met, # A metric of the `Recorder`: `AvgLoss`, `AvgMetric`, `AvgSmoothLoss`, `AccumMetric`...
+               learn # The accelerated learner whose batch it adds
+              ):
+    "`met.accumulate(learn)` as an accelerated learner's `Recorder` runs it: fastai's averages over every process"
+    f = _accumulators.get(type(met).accumulate) # a subclass's own `accumulate` runs as it is
+    return met.accumulate(learn) if f is None else f(met, learn)
+
 # on several processes: this process's own smoothing, and the values recorded from it since
 AvgSmoothLoss.own,AvgSmoothLoss.n_own = None,0
                                                 # the last `sync_smooth_loss` (`val` is the mean over processes after
                                                 # it)
-@patch
-def accumulate(self:AvgSmoothLoss, learn):
-    if getattr(learn, 'accelerator', None) is None: return _fastai_smooth_acc(self, learn)
+@_accumulates(AvgSmoothLoss, "each process's own smoothing kept for `sync_smooth_loss`")
+def _smooth_accumulate(self:AvgSmoothLoss, learn):
     # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
     loss = learn.loss.detach()
     if loss.ndim: loss = loss.mean()
@@ -58,8 +73,6 @@ def resume_own(self:AvgSmoothLoss,
     self.own,self.n_own = own,0
 
 # %% ../nbs/04_evaluation.ipynb #d6d92ded
-_fastai_avg_loss_acc,_fastai_avg_metric_acc = [fastai_method(c, 'accumulate') for c in (AvgLoss, AvgMetric)]
-
 def _accumulate_mean(self, learn, val):
     "Add `val`, a batch mean, to `self.total` weighted by the batch size, summed over processes"
     bs = find_bs(learn.yb)
@@ -68,46 +81,39 @@ def _accumulate_mean(self, learn, val):
     self.total += tot[0]
     self.count += int(tot[1])
 
-@patch
-def accumulate(self:AvgLoss, learn):
-    if not is_distributed(learn): return _fastai_avg_loss_acc(self, learn)
+@_accumulates(AvgLoss, "summed over processes, the padding of a sharded loader left out")
+def _loss_accumulate(self:AvgLoss, learn):
+    if not is_distributed(learn): return AvgLoss.accumulate(self, learn)
     _accumulate_mean(self, learn, learn.loss.mean())
 
-@patch
-def accumulate(self:AvgMetric, learn):
-    if not is_distributed(learn): return _fastai_avg_metric_acc(self, learn)
+@_accumulates(AvgMetric, "summed over processes, the padding of a sharded loader left out")
+def _metric_accumulate(self:AvgMetric, learn):
+    if not is_distributed(learn): return AvgMetric.accumulate(self, learn)
     _accumulate_mean(self, learn, self.func(learn.pred, *learn.yb))
 
 # %% ../nbs/04_evaluation.ipynb #60ecc6b9
-_fastai_nan_after_batch = fastai_method(TerminateOnNaNCallback, 'after_batch')
-
-@patch
+@accelerated_event(TerminateOnNaNCallback, "every process stops when any process's loss is not finite")
 def after_batch(self:TerminateOnNaNCallback):
-    if not is_distributed(self.learn): return _fastai_nan_after_batch(self)
+    if not is_distributed(self.learn): return TerminateOnNaNCallback.after_batch(self)
     bad = (~torch.isfinite(self.learn.loss.detach())).any().float()
     if self.learn.reduce(bad, 'max') > 0: raise CancelFitException
 
 # %% ../nbs/04_evaluation.ipynb #6e2957b8
-_fastai_lrf_before_fit, _fastai_lrf_after_fit = fastai_method(LRFinder, 'before_fit'), fastai_method(
-    LRFinder, 'after_fit'
-)
-_fastai_lrf_after_batch = fastai_method(LRFinder, 'after_batch')
-
-@patch
+@accelerated_event(LRFinder, "the weights kept in memory, not in a file each process would write")
 def before_fit(self:LRFinder):
-    if not is_distributed(self.learn): return _fastai_lrf_before_fit(self)
+    if not is_distributed(self.learn): return LRFinder.before_fit(self)
     ParamScheduler.before_fit(self)
     self.saved = deepcopy((get_model(self.learn.model).state_dict(), self.learn.opt.state_dict()))
     self.best_loss = float('inf')
 
-@patch
+@accelerated_event(LRFinder, "stops when the smooth loss averaged over processes diverges")
 def after_batch(self:LRFinder):
     sync_smooth_loss(self.learn) # it stops when the smooth loss diverges: every process decides from the same value
-    return _fastai_lrf_after_batch(self)
+    return LRFinder.after_batch(self)
 
-@patch
+@accelerated_event(LRFinder, "the weights put back from memory")
 def after_fit(self:LRFinder):
-    if not is_distributed(self.learn): return _fastai_lrf_after_fit(self)
+    if not is_distributed(self.learn): return LRFinder.after_fit(self)
     self.learn.opt.zero_grad()
     model_sd,opt_sd = self.saved
     get_model(self.learn.model).load_state_dict(model_sd)
@@ -115,11 +121,9 @@ def after_fit(self:LRFinder):
     del self.saved
 
 # %% ../nbs/04_evaluation.ipynb #c204286e
-_fastai_act_hook = fastai_method(ActivationStats, 'hook')
-
-@patch
-def hook(self:ActivationStats, m, i, o):
-    if isinstance(o, tuple) or not is_distributed(self.learn): return _fastai_act_hook(self, m, i, o)
+def _hook(self, m, i, o):
+    "`ActivationStats.hook`, over every process's activations"
+    if isinstance(o, tuple) or not is_distributed(self.learn): return ActivationStats.hook(self, m, i, o)
     o = o.detach().double()
     s = self.learn.reduce(
         torch.stack(
@@ -148,5 +152,9 @@ def _main_only(f):
         if self.learn is None or getattr(self.learn, 'is_main_process', True): return f(self, *args, **kwargs)
     return _inner
 
-for _name in ('plot_layer_stats', 'color_dim', 'hist'):
-    setattr(ActivationStats, _name, _main_only(fastai_method(ActivationStats, _name)))
+@accelerated_event(ActivationStats, "statistics over every process's activations; its plots drawn by the main process")
+def before_fit(self:ActivationStats):
+    "Hook the modules with `_hook`; this callback's plots drawn by the main process only"
+    self.hook = MethodType(_hook, self) # what `HookCallback.before_fit` registers
+    for n in ('plot_layer_stats', 'color_dim', 'hist'): setattr(self, n, MethodType(_main_only(getattr(ActivationStats, n)), self))
+    ActivationStats.before_fit(self)

@@ -5,16 +5,16 @@
 # %% ../nbs/05_events.ipynb #53e1f364
 from __future__ import annotations
 import weakref
+from types import MethodType
 from fastai.basics import *
 from fastai.callback.core import _inner_loop
-from .patching import fastai_method, recorder_metrics
-from .evaluation import sync_smooth_loss
+from .patching import ExtendedLearner, accelerated_event, event_method, recorder_metrics
+from .evaluation import sync_smooth_loss, accumulate
 
 # %% auto #0
-__all__ = ['reset_event_lists', 'call_event', 'opt_method']
+__all__ = ['reset_event_lists', 'call_event', 'after_batch', 'before_batch', 'opt_method']
 
 # %% ../nbs/05_events.ipynb #6b870192
-_fastai_call_one = fastai_method(Learner, '_call_one')
 _fastai_callback_call = Callback.__call__ # what calling a callback's method directly stands for, within a batch
 # what `Callback.__call__` lets through as it is
 _cancels = (CancelBatchException, CancelBackwardException, CancelEpochException, CancelFitException,
@@ -27,13 +27,27 @@ def reset_event_lists(learn # A `Learner`
     "Have `learn` make its per-event callback lists anew at the next event (after a callback changed its `idle_events`)"
     _event_lists.pop(learn, None)
 
+def _call_outer(cb, f, name):
+    "What `cb(name)` does outside a batch, running `f` (the method `event_method` gives) for `cb`'s own"
+    if cb.run:
+        try: f(cb)
+        except _cancels: raise
+        except Exception as e:
+            raise modify_exception(e, f'Exception occured in `{cb.__class__.__name__}` when calling event `{name}`:'
+                                      f'\n\t{e.args[0]}', replace=True)
+    if name == 'after_fit': cb.run = True # as fastai's `Callback.__call__`
+
+def _handler(cb, name):
+    "`(callback, method)` that calls event `name` on `cb`: method None: call the callback (a function, for a replacement)"
+    direct = name in _inner_loop and type(cb).__call__ is _fastai_callback_call
+    if (f := event_method(cb, name)) is None: return cb,(getattr(cb, name) if direct else None)
+    return (cb,MethodType(f, cb)) if direct else (partial(_call_outer, cb, f),None)
+
 def _handlers(learn, name):
-    "`(callback, method)` for each callback that handles event `name`, in order; method None: call the callback"
+    "`_handler` for each callback that handles event `name`, in order"
     if not hasattr(event, name): raise Exception(f'missing {name}')
     def works(cb): return callable(getattr(cb, name, None)) and name not in getattr(cb, 'idle_events', ())
-    def direct(cb): return name in _inner_loop and type(cb).__call__ is _fastai_callback_call
-    cbs = [cb for cb in learn.cbs.sorted('order') if name == 'after_fit' or works(cb)]
-    return tuple((cb, getattr(cb, name) if direct(cb) else None) for cb in cbs)
+    return tuple(_handler(cb, name) for cb in learn.cbs.sorted('order') if name == 'after_fit' or works(cb))
 
 def call_event(learn, # An accelerated `Learner`
                name:str # The event, e.g. 'after_pred'
@@ -55,67 +69,57 @@ def call_event(learn, # An accelerated `Learner`
                                           f'\n\t{e.args[0]}', replace=True)
 
 @patch
-def _call_one(self:Learner, event_name):
-    if self.accelerator is None: return _fastai_call_one(self, event_name)
+def _call_one(self:ExtendedLearner, event_name):
+    if self.accelerator is None: return Learner._call_one(self, event_name)
     call_event(self, event_name)
 
 # %% ../nbs/05_events.ipynb #ab7638dc
-_fastai_call = fastai_method(Learner, '__call__')
-
 @patch
-def __call__(self:Learner, event_name):
+def __call__(self:ExtendedLearner, event_name):
     "Call `event_name` on the callbacks (several names: each in turn)"
-    if self.accelerator is None or not isinstance(event_name, str): return _fastai_call(self, event_name)
+    if self.accelerator is None or not isinstance(event_name, str): return Learner.__call__(self, event_name)
     self._call_one(event_name)
 
 # %% ../nbs/05_events.ipynb #39bf6d43
-_fastai_rec_after_batch = fastai_method(Recorder, 'after_batch')
-
 def _last_lr(opt):
     "`opt.hypers[-1]['lr']`, without building the hyper-parameters of every parameter group"
     if isinstance(opt, OptimWrapper): return opt.opt.param_groups[-1][opt.bwd_map.get('lr', 'lr')]
     return opt.hypers[-1]['lr']
 
-@patch
+@accelerated_event(Recorder, "metrics and the smooth loss summed over processes (`accumulate`), the learning rate "
+                             "read from the last parameter group")
 def after_batch(self:Recorder):
     "Update the metrics; in training, record the learning rate and the smooth loss"
     learn = self.learn
-    if getattr(learn, 'accelerator', None) is None: return _fastai_rec_after_batch(self)
     if len(learn.yb) == 0: return
     if not learn.training:
-        for met in recorder_metrics(self, False): met.accumulate(learn)
+        for met in recorder_metrics(self, False): accumulate(met, learn)
         return
     # what `recorder_metrics` gives then
     only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False)
-    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): met.accumulate(learn)
+    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): accumulate(met, learn)
     self.lrs.append(_last_lr(learn.opt))
     learn.smooth_loss = self.smooth_loss.value
     self.losses.append(learn.smooth_loss)
     if learn.accelerator.smooth_loss_every_batch: sync_smooth_loss(learn)
 
 # %% ../nbs/05_events.ipynb #3a1eb75d
-_fastai_cast_before_batch = fastai_method(CastToTensor, 'before_batch')
-
 def _to_plain(x):
     "`x` with tensor subclasses cast to `Tensor`, as `CastToTensor` does; plain tensors stay as they are"
     if isinstance(x, tuple): return tuple(_to_plain(o) for o in x)
     return cast(x, Tensor) if isinstance(x, Tensor) and type(x) is not Tensor else x
 
-@patch
+@accelerated_event(CastToTensor, "plain tensors kept as they are, not aliased")
 def before_batch(self:CastToTensor):
     "Cast fastai's tensor subclasses in the batch to `Tensor`"
     learn = self.learn
-    if getattr(learn, 'accelerator', None) is None: return _fastai_cast_before_batch(self)
     learn.xb,learn.yb = _to_plain(learn.xb),_to_plain(learn.yb)
 
 # %% ../nbs/05_events.ipynb #fe9ec2da
-_fastai_train_eval_after_batch = fastai_method(TrainEvalCallback, 'after_batch')
-
-@patch
+@accelerated_event(TrainEvalCallback, "`n_iter` and `n_epoch` read from the learner, not through the callback")
 def after_batch(self:TrainEvalCallback):
     "Update the iter counter (in training mode)"
     learn = self.learn
-    if learn.accelerator is None: return _fastai_train_eval_after_batch(self)
     learn.pct_train += 1./(learn.n_iter*learn.n_epoch)
     learn.train_iter += 1
 

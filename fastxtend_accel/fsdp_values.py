@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from fastai.basics import *
-from .patching import kept, set_module_tensor
+from .patching import ExtendedLearner, set_module_tensor
 from .collectives import is_distributed # declares `Learner.accelerator`
 from .fsdp import *
 from .fsdp import DTensor # torch's, or a stand-in no tensor is an instance of where torch lacks FSDP2
@@ -99,11 +99,11 @@ def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2, o
     with _swapped(learn, model, states): yield
 
 # %% ../nbs/06a_fsdp_values.ipynb #69e683c0
-_load = kept(Learner, 'load', 'pre_fsdp')
+_load = Learner.load # fastai's
 
 @patch
 @delegates(_load)
-def load(self:Learner, file, device=None, **kwargs):
+def load(self:ExtendedLearner, file, device=None, **kwargs):
     "Load model and optimizer state from `self.path/self.model_dir/file`; a sharded model keeps each process's shards"
     model = self.model
     # fastai's, unless we sharded it

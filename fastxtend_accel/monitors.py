@@ -9,6 +9,8 @@ from functools import partial
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from fastai.basics import *
+from .patching import ExtendingCallback
+from .patching import ExtendingCallback
 from .core import * # `Learner.in_fit`, `Learner.all_gather`
 from .fields import checkpoint_fields
 
@@ -16,7 +18,7 @@ from .fields import checkpoint_fields
 __all__ = ['gpu_peak_flops', 'EpochColumnsCallback', 'device_peak_flops', 'ThroughputCallback', 'MemoryCallback']
 
 # %% ../nbs/16b_monitors.ipynb #37959a4c
-class EpochColumnsCallback(Callback):
+class EpochColumnsCallback(ExtendingCallback):
     "Base of callbacks that add their per-epoch values to the `Recorder`'s table, gathered from every process"
     # before the `Recorder` (50), which names its columns at `before_fit` and logs the epoch after `after_train`
     order = Recorder.order-1

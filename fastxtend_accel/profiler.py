@@ -8,13 +8,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
+from .patching import ExtendingCallback
+from .patching import ExtendingCallback
 from .core import * # `Learner.in_fit`
 
 # %% auto #0
 __all__ = ['ProfilerCallback']
 
 # %% ../nbs/16e_profiler.ipynb #31b4c8c7
-class ProfilerCallback(Callback):
+class ProfilerCallback(ExtendingCallback):
     "Record training steps with `torch.profiler` on the chosen processes; a Chrome trace per recording"
     # after the Recorder (50), ProgressCallback (60) and CheckpointCallback (70): a step ends once their work is done
     order = ProgressCallback.order+30

@@ -8,7 +8,7 @@ import math
 import torch
 from torch.utils.data import get_worker_info
 from fastai.basics import *
-from .patching import fastai_method, kept
+from .patching import ExtendedLearner, kept
 from .data import ShardedDL
 from .rng import *
 from .fields import restore_recorder
@@ -18,22 +18,20 @@ from .state import * # `Learner.load_state`
 __all__ = ['global_bs', 'Resumption']
 
 # %% ../nbs/15_resume.ipynb #0c8c63d0
-_fastai_do_fit = fastai_method(Learner, '_do_fit')
-
 @patch
-def _do_fit(self:Learner):
+def _do_fit(self:ExtendedLearner):
     start = getattr(self, '_start_epoch', None)
-    if start is None: return _fastai_do_fit(self)
+    if start is None: return Learner._do_fit(self)
     del self._start_epoch
     for epoch in range(start, self.n_epoch):
         self.epoch = epoch
         self._with_events(self._do_epoch, 'epoch', CancelEpochException)
 
 # %% ../nbs/15_resume.ipynb #3b4b1417
-_all_batches = kept(Learner, 'all_batches', 'pre_resume') # `fastxtend_accel.data`'s: torch loaders fetched whole
+_all_batches = kept(ExtendedLearner, 'all_batches', 'pre_resume') # `fastxtend_accel.data`'s: torch loaders fetched whole
 
 @patch
-def all_batches(self:Learner):
+def all_batches(self:ExtendedLearner):
     start = getattr(self, '_start_batch', None)
     if start is None: return _all_batches(self)
     del self._start_batch

@@ -10,14 +10,14 @@ from fastai.basics import *
 from fastai.callback.schedule import ParamScheduler
 from accelerate.utils import LoggerType
 from accelerate import utils as accelerate_utils
-from .patching import kept
+from .patching import ExtendingCallback
 from .core import * # `Learner.accelerate`, `Learner.in_fit`, `Learner.is_main_process`
 from .fields import checkpoint_fields
 from .resume import global_bs
 from .checkpoint import CheckpointCallback
 
 # %% auto #0
-__all__ = ['tracker_packages', 'resume_kwargs', 'check_trackers', 'TrackersCallback']
+__all__ = ['tracker_packages', 'resume_kwargs', 'check_trackers', 'TrackersCallback', 'add_trackers']
 
 # %% ../nbs/16c_trackers.ipynb #4e1f5e12
 # Accelerate's name for each tracker (`accelerate.utils.is_<name>_available` tells if it can run): its package
@@ -39,7 +39,7 @@ resume_kwargs = {'mlflow': lambda t: dict(run_id=t.active_run.info.run_id),
                  'wandb': lambda t: dict(id=t.run.id, resume='allow')}
 
 # %% ../nbs/16c_trackers.ipynb #aec937a3
-class TrackersCallback(Callback):
+class TrackersCallback(ExtendingCallback):
     "Send the `Recorder`'s values, the smooth loss and learning rate, and the hyper-parameters to Accelerate's trackers"
     # after the `Recorder` (50), whose values it sends; before `CheckpointCallback` (70), so that a checkpoint holds the
     # steps already sent
@@ -157,16 +157,9 @@ def after_fit(self:TrackersCallback):
     acc.trackers,self.started = [],False
 
 # %% ../nbs/16c_trackers.ipynb #fd4ab841
-_pre_trackers_accelerate = kept(Learner, 'accelerate', 'pre_trackers')
-
-@patch
-@delegates(_pre_trackers_accelerate, keep=True) # its parameters, documented there
-def accelerate(self:Learner, *args,
-    **kwargs # Passed to `Accelerator`: `log_with` and `project_dir` for trackers, `mixed_precision`, ...
-):
-    "Train with Hugging Face Accelerate; with `log_with`, send the fit to its trackers (`TrackersCallback`)"
-    check_trackers(kwargs.get('log_with'))
-    _pre_trackers_accelerate(self, *args, **kwargs)
-    if self.accelerator.accelerator.log_with and not any(isinstance(cb, TrackersCallback) for cb in self.cbs):
-        self.add_cb(TrackersCallback())
-    return self
+def add_trackers(learn:Learner # A learner `accelerate(log_with=...)` just accelerated
+                ):
+    "Give `learn` a `TrackersCallback` where its `Accelerator` has trackers and it has none of its own (`learn.trackers`)"
+    if learn.accelerator.accelerator.log_with and not isinstance(getattr(learn, 'trackers', None), Callback):
+        learn.add_cb(TrackersCallback())
+    return learn

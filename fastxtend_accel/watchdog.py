@@ -7,6 +7,7 @@ from __future__ import annotations
 import faulthandler, os, signal, sys, threading, time
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback
+from .patching import ExtendingCallback
 from .core import * # `Learner.in_fit`, which tells a fit from an evaluation, and is reset when a fit raises
 from .requeue import descendants, _signal
 
@@ -14,7 +15,7 @@ from .requeue import descendants, _signal
 __all__ = ['WatchdogCallback']
 
 # %% ../nbs/16f_watchdog.ipynb #adf8c9a0
-class WatchdogCallback(Callback):
+class WatchdogCallback(ExtendingCallback):
     "End this process (status 1) when no batch ends for `timeout` seconds, so that the launcher restarts the job"
     def __init__(self,
         timeout:float=1800, # Seconds a batch may take, with its data, checkpoint, and a first batch's compilation

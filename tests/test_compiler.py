@@ -3,7 +3,7 @@ import importlib, sys
 import pytest
 import torch
 from torch import nn
-from fastxtend_accel.patching import compiled_graphs
+from fastxtend_accel.patching import compiled_graphs, ExtendedLearner
 from fastai.basics import Learner, Callback, params, set_seed
 from fastxtend_accel.test_utils import synth_learner_digits, Chatty, BlockNet, torchrun_cmd, run_cmd, run_ranks
 from fastxtend_accel.core import AcceleratorCallback
@@ -166,17 +166,16 @@ def test_export_load_learner_predicts_the_same(tmp_path, accelerate):
 def test_load_learner_drops_saved_compiler_callback(tmp_path):
     "A file written by fastai's own export, with the callback pickled in it"
     learn = fit(digits(n=128, path=tmp_path).compile(backend='eager'))
-    Learner._fastai_export(learn, 'raw.pkl')
+    Learner.export(learn, 'raw.pkl') # fastai's own
     import fastai.learner
-    assert any(isinstance(cb, CompilerCallback) for cb in fastai.learner._pre_compiler_load_learner(tmp_path/'raw.pkl').cbs)
-    for load in (load_learner, fastai.learner.load_learner):
-        loaded = load(tmp_path/'raw.pkl')
-        assert not any(isinstance(cb, CompilerCallback) for cb in loaded.cbs) and not is_compiled(loaded.model)
+    assert any(isinstance(cb, CompilerCallback) for cb in fastai.learner.load_learner(tmp_path/'raw.pkl').cbs) # as it is
+    loaded = load_learner(tmp_path/'raw.pkl')
+    assert not any(isinstance(cb, CompilerCallback) for cb in loaded.cbs) and not is_compiled(loaded.model)
 
 def test_reimport_does_not_double_wrap(tmp_path):
     "After a reload (the lesson checks which originals are kept), exporting an accelerated, compiled learner still works"
     importlib.reload(compiler)
-    assert Learner.export.__module__ == 'fastxtend_accel.compiler'
+    assert ExtendedLearner.export.__module__ == 'fastxtend_accel.compiler' and Learner.export.__module__ == 'fastai.learner'
     learn = fit(synth_learner_digits(n=64, path=tmp_path).accelerate().compile(backend='eager'))
     learn.export('learn.pkl')
     loaded = compiler.load_learner(tmp_path/'learn.pkl')
@@ -196,7 +195,7 @@ def test_freeze_to_keeps_every_frozen_param():
 
 def test_freeze_to_warns_when_compiled_by_hand():
     "The warning names the fix (the lesson checks that it warns)"
-    learn = two_groups(n=64)
+    learn = two_groups(n=64).accelerate() # a learner that asked for the library, its model compiled by hand
     compile_model(learn.model, backend='eager')
     with pytest.warns(UserWarning, match='learn.compile'): learn.freeze()
 

@@ -151,7 +151,7 @@ if sys.argv[1] == 'patched':
     import importlib, fastxtend_accel.core as core
     from fastxtend_accel.all import *
     importlib.reload(core)
-    assert Learner._fastai__backward.__module__ == 'fastai.learner'
+    assert Learner._backward.__module__ == Learner.fit.__module__ == 'fastai.learner'
 x,y = load_digits(return_X_y=True)
 x,y = torch.tensor(x[:512], dtype=torch.float32)/16, torch.tensor(y[:512])
 dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=RandomSplitter(seed=0)(range_of(x)))

@@ -1,7 +1,7 @@
 "The per-step shortcuts (whole-batch fetch, lean items, event lists, fused `one_batch`) give fastai's batches and fits"
 import cProfile, pstats, sys
+from contextlib import nullcontext
 from functools import partial
-from types import MethodType
 import pytest, torch
 from torch.optim import AdamW
 from torch.utils.data import TensorDataset, DataLoader as TorchDL
@@ -10,7 +10,7 @@ from fastai.basics import (Callback, CategoryBlock, DataBlock, DataLoader, DataL
                            Learner, OptimWrapper, RandomSplitter, TfmdDL, TransformBlock, range_of, set_seed)
 from fastxtend_accel.test_utils import (digits_tensors, synth_learner_digits, datablock_learner, synth_lm_learner,
                                         run_cmd)
-from fastxtend_accel.data import ShardedDL, batch_fetcher
+from fastxtend_accel.data import ShardedDL, batch_fetcher, fetching
 from fastxtend_accel.items import item_maker, column_batches
 import fastxtend_accel.core # `.accelerate()`
 
@@ -28,15 +28,11 @@ def _digits_dls(kind, bs=32, **kw):
         return Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=splits).dataloaders(bs=bs, **kw)
     return DataLoaders.from_dsets(*(TensorDataset(x[s], y[s]) for s in splits), bs=bs, **kw)
 
-def _item_by_item(dl):
-    "`dl`, making its batches with fastai's per-item `create_batches`"
-    dl.create_batches = MethodType(DataLoader._fastai_create_batches, dl)
-    return dl
-
-def _epochs(dl, n=3):
-    "`n` epochs of `dl`, each tensor as its type, dtype, shape, strides and bytes"
-    return [tuple((type(t), t.dtype, t.shape, t.stride(), t.numpy().tobytes()) for t in b)
-            for _ in range(n) for b in dl]
+def _epochs(dl, n=3, fetched=False):
+    "`n` epochs of `dl` (`fetched`: as an accelerated fit makes them), each tensor's type, dtype, shape, strides and bytes"
+    with fetching(dl) if fetched else nullcontext():
+        return [tuple((type(t), t.dtype, t.shape, t.stride(), t.numpy().tobytes()) for t in b)
+                for _ in range(n) for b in dl]
 
 @pytest.mark.parametrize('kind', ['datasets', 'tensords', 'datablock'])
 @pytest.mark.parametrize('kw', [dict(drop_last=True), dict(drop_last=False), dict(num_workers=2, drop_last=True)],
@@ -47,11 +43,11 @@ def test_same_batches_as_item_by_item(kind, kw):
     for a,b in zip(fast.loaders, slow.loaders): # training (shuffled), validation
         assert (batch_fetcher(a) is None) == (kind == 'datablock') and (item_maker(a) is None) == (kind == 'tensords')
         assert (column_batches(a) is None) == (kind == 'tensords') # the `DataBlock`'s batches made in one pass each
-        batches = _epochs(a)
-        assert batches == _epochs(_item_by_item(b))
+        batches = _epochs(a, fetched=True)
+        assert batches == _epochs(b) # fastai's own, item by item
     n = 7 if kw['drop_last'] else 8 # 240 items at bs 32
-    assert len(_epochs(fast.train, 1)) == n == len(_epochs(slow.train, 1))
-    assert torch.equal(fast.one_batch()[0], slow.one_batch()[0])
+    assert len(_epochs(fast.train, 1, fetched=True)) == n == len(_epochs(slow.train, 1))
+    with fetching(fast.train): assert torch.equal(fast.one_batch()[0], slow.one_batch()[0])
 
 @pytest.mark.parametrize('split_batches', [False, True])
 def test_same_shards_as_item_by_item(split_batches):
@@ -59,8 +55,7 @@ def test_same_shards_as_item_by_item(split_batches):
     for rank in (0, 1):
         fast,slow = (ShardedDL(_digits_dls('datasets').train, rank=rank, world_size=2, split_batches=split_batches)
                      for _ in range(2))
-        _item_by_item(slow.dl)
-        assert _epochs(fast) == _epochs(slow)
+        assert _epochs(fast, fetched=True) == _epochs(slow)
 
 def test_ineligible_loaders_fall_back():
     "An item transform, a `DataBlock`, a custom `create_item`, a dataset subclass: fastai's per-item path"
@@ -155,20 +150,24 @@ def test_fit_bit_identical(tmp_path, data):
 _BATCHES = """
 import sys, torch
 from fastai.basics import *
+from contextlib import nullcontext
 from fastxtend_accel.test_utils import app_learners, datablock_learner
-if sys.argv[1] == 'lib': import fastxtend_accel.core
+if sys.argv[1] == 'lib': from fastxtend_accel.data import fetching # as an accelerated learner's fit iterates them
 def tensors(b): # a batch's tensors, those of its tuples included
     return [t for t in b if isinstance(t, torch.Tensor)] + [u for o in b if isinstance(o, tuple) for u in tensors(o)]
 res = {}
 for app,make in dict(app_learners, digits=datablock_learner).items():
     dls = make().dls
-    res[app] = [[(type(t).__name__, t.dtype, tuple(t.shape), t.stride(), t.numpy().tobytes()) for t in tensors(b)]
-                for dl in dls.loaders for _ in range(2) for b in dl]
+    res[app] = []
+    for dl in dls.loaders:
+        with fetching(dl) if sys.argv[1] == 'lib' else nullcontext():
+            res[app] += [[(type(t).__name__, t.dtype, tuple(t.shape), t.stride(), t.numpy().tobytes()) for t in tensors(b)]
+                         for _ in range(2) for b in dl]
 torch.save(res, sys.argv[2])
 """
 
 def test_app_batches_are_stock_fastai(tmp_path):
-    "Two epochs of each application's loaders (text, images, tabular, collab, a `DataBlock`): stock fastai's bits"
+    "Two epochs of each application's loaders (text, images, tabular, collab, a `DataBlock`) in `fetching`: stock fastai's bits"
     for mode in ('stock', 'lib'): run_cmd([sys.executable, '-c', _BATCHES, mode, tmp_path/f'{mode}.pt'])
     stock,lib = (torch.load(tmp_path/f'{m}.pt', weights_only=False) for m in ('stock', 'lib'))
     assert stock.keys() == lib.keys() and len(stock) == 6

@@ -80,23 +80,51 @@ def _kept_patches(key, stock):
     return {f'{m}:{cls_name}.{a}': f for a,f in vars(cls).items() if a.startswith('_') and a.endswith('_'+name)
             and f'{m}:{cls_name}.{a}' not in stock and inspect.isfunction(f) and 'fastxtend_accel' in f.__code__.co_filename}
 
+def _instead(stock):
+    "What runs instead of fastai's once a learner asked: `ExtendedLearner`'s methods and those `note_change` noted"
+    from fastxtend_accel.patching import ExtendedLearner, _changes
+    res = []
+    for a,f in vars(ExtendedLearner).items():
+        f = getattr(f, '__func__', f)
+        if not inspect.isfunction(f): continue
+        names = [n for n in (a, a.split('_', 3)[-1]) if f'fastai.learner:Learner.{n}' in stock] # `_pre_compiler_load`: `load`
+        if names: res.append((f'fastai.learner:Learner.{names[0]} (ExtendedLearner.{a})', f'fastai.learner:Learner.{names[0]}', f))
+    for (t,n),(f,when) in [(k, v) for k,v in _changes.items() if isinstance(k[0], type)]: # fastai's classes
+        key = f'{t.__module__}:{t.__qualname__}.{n}'
+        if key in stock: res.append((f'{key} ({when.split(":")[0]})', key, f))
+    return res
+
 def _replaced():
-    "fastai's signature of each function or method the library replaces, by `module:qualname` of the replacement"
+    "`(id, fastai's signature, the replacement)` for each fastai function or method the library replaces"
     stock = _stock(sorted(m for m in sys.modules if m.split('.')[0] == 'fastai'))
     res = {k: sig for k,(where,sig) in stock.items() if (f := _current(k)) is not None and _where(f) != where}
-    return {**res, **{a: stock[k][1] for k in res for a in _kept_patches(k, stock)}}
+    res = {**res, **{a: stock[k][1] for k in res for a in _kept_patches(k, stock)}}
+    return [(k, sig, _current(k)) for k,sig in res.items()] + [(i, stock[k][1], f) for i,k,f in _instead(stock)], res
 
-_cases = [] if os.environ.get(_STOCK) else list(_replaced().items())
+_cases,_global = ([], {}) if os.environ.get(_STOCK) else _replaced()
 
 def test_patches_found():
     "The guard sees the patches it is meant to watch"
-    keys = {k for k,_ in _cases}
+    keys = {k.split(' ')[0] for k,*_ in _cases}
     assert {'fastai.learner:Learner.fit', 'fastai.learner:Learner.load', 'fastai.learner:Learner.export',
-            'fastai.learner:load_learner', 'fastai.learner:Learner.fine_tune'} <= keys, sorted(keys)
+            'fastai.learner:Learner.fine_tune', 'fastai.optimizer:Optimizer.step', 'fastai.learner:Recorder.after_batch',
+            'fastai.data.load:DataLoader.create_batches'} <= keys, sorted(keys)
 
-@pytest.mark.parametrize('key,stock', _cases, ids=[k for k,_ in _cases])
-def test_signature_kept(key, stock):
-    assert problems(stock, _params(_current(key))) == []
+@pytest.mark.parametrize('key,stock,f', _cases, ids=[k for k,*_ in _cases])
+def test_signature_kept(key, stock, f):
+    assert problems(stock, _params(f)) == []
+
+def test_changes_table():
+    "Every fastai callable replaced for everyone is a `global_patch` of the table, with why; the table's rows are real"
+    from fastxtend_accel.patching import fastai_changes, ExtendedLearner
+    rows = fastai_changes()
+    every = {f"{t.rpartition('.')[0]}:{t.rpartition('.')[2]}.{n}" for t,n,m,when in rows if when.startswith('every learner: ')}
+    assert set(_global) == every == {'fastai.optimizer:Optimizer.step'}, (sorted(_global), sorted(every))
+    asked = {n for t,n,m,when in rows if when.startswith('a learner that asked')}
+    assert {'fit', 'one_batch', 'all_batches', 'export', 'load', '_backward', '_call_one', '__call__'} <= asked
+    assert all(m and m.startswith('fastxtend_accel.') for t,n,m,when in rows), [r for r in rows if not r[2]]
+    added = [(t, n) for t,n,m,when in rows if when.startswith('added')]
+    assert ('fastai.learner.Learner', 'accelerate') in added and ('fastai.learner.Learner', 'compile') in added
 
 def test_problems_found():
     "What the guard reports for a wrong patch"
@@ -116,7 +144,7 @@ def test_stock_positional_calls(tmp_path):
     import fastai.learner
     from fastai.basics import Callback
     from fastxtend_accel.test_utils import synth_learner_digits
-    learn = synth_learner_digits(n=128, path=tmp_path, splitter=_two_groups)
+    learn = synth_learner_digits(n=128, path=tmp_path, splitter=_two_groups).accelerate() # the library's methods
     learn.save('m')
     assert learn.load('m', 'cpu') is learn
     learn.export('e.pkl', pickle) # `pickle_module`
@@ -127,3 +155,37 @@ def test_stock_positional_calls(tmp_path):
     rec = MaxLrs()
     with learn.no_bar(), learn.no_logging(): learn.fine_tune(1, 1e-2, 1, 10, cbs=rec) # `lr_mult` 4th
     assert abs(rec.lrs[1]/rec.lrs[0] - 10) < 1e-6, rec.lrs # the float division of two learning rates
+
+def test_plain_fit_runs_fastai_code(tmp_path):
+    "With every module imported, learners that never asked (tabular, text, a `DataBlock`, torch loaders) run fastai's code"
+    # they fit, evaluate, save and export calling no function of the library but the table's global patch, `Optimizer.step`
+    import fastxtend_accel
+    from torch.utils.data import TensorDataset, DataLoader as TorchDL
+    from fastai.basics import DataLoaders, Learner, CrossEntropyLossFlat, accuracy
+    from fastxtend_accel.patching import fastai_changes, ExtendedLearner
+    from fastxtend_accel.test_utils import (datablock_learner, synth_tabular_learner, synth_text_learner, digits_tensors,
+                                            tiny_mlp)
+    x,y = digits_tensors(256)
+    torch_dls = DataLoaders(TorchDL(TensorDataset(x[:200], y[:200]), batch_size=32, shuffle=True),
+                            TorchDL(TensorDataset(x[200:], y[200:]), batch_size=32))
+    learners = [datablock_learner(n=256, path=tmp_path), synth_tabular_learner(path=tmp_path), synth_text_learner(path=tmp_path),
+                Learner(torch_dls, tiny_mlp(), loss_func=CrossEntropyLossFlat(), metrics=accuracy, path=tmp_path)]
+    lib,called = str(Path(fastxtend_accel.__file__).parent),set()
+    def watch(frame, event, arg):
+        if event == 'call' and frame.f_code.co_filename.startswith(lib) and 'test_utils' not in frame.f_code.co_filename:
+            called.add(f'{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}')
+    sys.setprofile(watch)
+    try:
+        for learn in learners:
+            with learn.no_bar(), learn.no_logging():
+                learn.fit_one_cycle(1, 1e-2)
+                learn.validate(); learn.get_preds(dl=learn.dls.valid)
+            learn.save('m'); learn.load('m')
+            if learn is not learners[-1]: learn.export(tmp_path/'export.pkl') # fastai can't export torch loaders
+    finally: sys.setprofile(None)
+    assert not any(isinstance(l, ExtendedLearner) for l in learners)
+    every = [(t, n) for t,n,m,when in fastai_changes() if when.startswith('every learner')]
+    assert every == [('fastai.optimizer.Optimizer', 'step')], every
+    # the table's other global change: a hook before `fork` (Python < 3.11.10), for the loaders' worker processes
+    hooks = {'collectives._settle_before_fork'} if any(t == 'os' for t,*_ in fastai_changes()) else set()
+    assert called - hooks == {'callback.step'}, sorted(called)
