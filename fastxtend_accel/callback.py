@@ -191,6 +191,7 @@ def before_fit(self:AcceleratorCallback):
     self.acc_opt = None if learn.opt is None or not is_fit else acc.prepare_optimizer(learn.opt, device_placement=False)
     self.old_loaders = [ShardedDL.unsharded(dl) for dl in learn.dls.loaders] # and after an interrupted fit
     learn.dls.loaders = [self._shard(dl) for dl in self.old_loaders]
+    self._fetching.enter_context(placing()) # batches already on the device kept as they are
     self.old_logger = learn.logger
     if not acc.is_main_process:
         learn.logger = noop

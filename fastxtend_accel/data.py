@@ -22,7 +22,7 @@ from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks
 
 # %% auto #0
 __all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'fetching', 'torch_fetcher',
-           'torch_batches', 'to_device']
+           'torch_batches', 'to_device', 'placing']
 
 # %% ../nbs/03_data.ipynb #b6913d79
 def is_lm_loader(dl):
@@ -346,4 +346,14 @@ def to_device(b, device=None, non_blocking=False):
                 for t in b: # what `.to` does to fastai's kinds: metadata of their own (a batch may share an item's)
                     if type(t) is not Tensor: t.__dict__ = copy(t.__dict__)
                 return b
-    return fastai.data.load.to_device(b, device, non_blocking)
+    return fastai.torch_core.to_device(b, device, non_blocking) # fastai's
+
+@contextmanager
+def placing():
+    "Within this block, fastai's loaders put their batches on their device with `to_device`, not fastai's"
+    old,fastai.data.load.to_device = fastai.data.load.to_device,to_device # what `DataLoader.__iter__` calls
+    try: yield
+    finally: fastai.data.load.to_device = old
+
+note_change(fastai.data.load, 'to_device', to_device, "while an accelerated learner fits (`placing`): the same batch, one "
+                                                       "already on its device kept as it is")

@@ -17,15 +17,16 @@ from .patching import note_change, accelerated_event
 from .collectives import *
 
 # %% auto #0
-__all__ = ['accumulate', 'sync_smooth_loss', 'after_batch', 'before_fit', 'after_fit']
+__all__ = ['accelerated_accumulate', 'accumulate', 'sync_smooth_loss', 'after_batch', 'before_fit', 'after_fit']
 
 # %% ../nbs/04_evaluation.ipynb #b83eac3b
-_accumulators = {} # fastai's `accumulate` of a metric class -> what an accelerated learner's `Recorder` runs instead
+# fastai's `accumulate` of a metric class -> what an accelerated learner's `Recorder` runs instead, with the same arguments
+accelerated_accumulate = {}
 
 def _accumulates(cls, why):
     "Decorator: `cls.accumulate` as an accelerated learner's `Recorder` runs it (see `accumulate`)"
     def _inner(f):
-        _accumulators[vars(cls)['accumulate']] = f
+        accelerated_accumulate[vars(cls)['accumulate']] = f
         return note_change(cls, 'accumulate', f, f"an accelerated learner's `Recorder`: {why}")
     return _inner
 
@@ -33,8 +34,8 @@ def accumulate(met, # A metric of the `Recorder`: `AvgLoss`, `AvgMetric`, `AvgSm
                learn # The accelerated learner whose batch it adds
               ):
     "`met.accumulate(learn)` as an accelerated learner's `Recorder` runs it: fastai's averages over every process"
-    f = _accumulators.get(type(met).accumulate) # a subclass's own `accumulate` runs as it is
-    return met.accumulate(learn) if f is None else f(met, learn)
+    f = type(met).accumulate # a subclass's own runs as it is
+    return accelerated_accumulate.get(f, f)(met, learn)
 
 # on several processes: this process's own smoothing, and the values recorded from it since
 AvgSmoothLoss.own,AvgSmoothLoss.n_own = None,0
@@ -45,7 +46,7 @@ def _smooth_accumulate(self:AvgSmoothLoss, learn):
     # fastai's, without its per-batch check for processes to gather from, nor an autograd node for the mean
     loss = learn.loss.detach()
     if loss.ndim: loss = loss.mean()
-    several = is_distributed(learn)
+    several = learn.accelerator.distributed # an accelerated learner's: `is_distributed`, without its calls
     # this process's smoothing, which `sync_smooth_loss` leaves as it is
     own = self.own if several and self.count else None
     self.val = torch.lerp(loss.cpu(), self.val if own is None else own, self.beta)

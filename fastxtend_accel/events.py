@@ -9,7 +9,7 @@ from types import MethodType
 from fastai.basics import *
 from fastai.callback.core import _inner_loop
 from .patching import ExtendedLearner, accelerated_event, event_method, recorder_metrics
-from .evaluation import sync_smooth_loss, accumulate
+from .evaluation import sync_smooth_loss, accelerated_accumulate
 
 # %% auto #0
 __all__ = ['reset_event_lists', 'call_event', 'after_batch', 'before_batch', 'opt_method']
@@ -92,12 +92,13 @@ def after_batch(self:Recorder):
     "Update the metrics; in training, record the learning rate and the smooth loss"
     learn = self.learn
     if len(learn.yb) == 0: return
+    get = accelerated_accumulate.get # each metric's `accumulate`, as `fastxtend_accel.evaluation.accumulate` picks it
     if not learn.training:
-        for met in recorder_metrics(self, False): accumulate(met, learn)
+        for met in recorder_metrics(self, False): get(f := type(met).accumulate, f)(met, learn)
         return
     # what `recorder_metrics` gives then
     only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False)
-    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): accumulate(met, learn)
+    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): get(f := type(met).accumulate, f)(met, learn)
     self.lrs.append(_last_lr(learn.opt))
     learn.smooth_loss = self.smooth_loss.value
     self.losses.append(learn.smooth_loss)

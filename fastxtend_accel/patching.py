@@ -118,15 +118,13 @@ def extend_learner(learn:Learner # A learner about to use this library
 
 class ExtendingCallback(Callback):
     "A callback of this library: the learner it is added to runs `ExtendedLearner`'s methods from then on"
-    @property
-    def learn(self): return self.__dict__.get('_learn')
-    @learn.setter
-    def learn(self, learn):
-        old = self.__dict__.get('_learn')
-        if learn is not None: extend_learner(learn)
-        # the end of a stock fit this callback was added to
-        elif old is not None and vars(old).pop('fit_counted', False): old.in_fit = False
-        self.__dict__['_learn'] = learn
+    def __setattr__(self, name, value):
+        if name == 'learn': # fastai's `add_cb` (a learner) and `remove_cb` (None)
+            old = vars(self).get('learn')
+            if value is not None: extend_learner(value)
+            # the end of a stock fit this callback was added to
+            elif old is not None and vars(old).pop('fit_counted', False): old.in_fit = False
+        super().__setattr__(name, value)
 
 # %% ../nbs/01_patching.ipynb #f02bc96c
 _changes = {} # (fastai class or module, name) -> (replacement, when it runs)
