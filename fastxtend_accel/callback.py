@@ -5,7 +5,7 @@
 # %% ../nbs/08_callback.ipynb #2d12a451
 from __future__ import annotations
 import importlib
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 import torch
 from torch import nn
 from fastcore.meta import delegates
@@ -20,6 +20,7 @@ from .collectives import *
 from .evaluation import *
 from .accelerator import *
 from .events import *
+from .loop import *
 from .fsdp import *
 from .xla import *
 
@@ -38,24 +39,6 @@ def step(self:Optimizer, closure=None):
         with torch.enable_grad(): loss = closure()
     _fastai_opt_step(self)
     return loss
-
-# %% ../nbs/08_callback.ipynb #4ad87a1b
-@patch
-def _set_device(self:ExtendedLearner, b):
-    if self.accelerator is None: return Learner._set_device(self, b)
-    return to_device(b, self.accelerator.batch_device)
-
-# %% ../nbs/08_callback.ipynb #9f3aac5e
-@patch
-def _backward(self:ExtendedLearner):
-    if self.accelerator is None: return Learner._backward(self)
-    self.accelerator.backward(self.loss_grad)
-
-# %% ../nbs/08_callback.ipynb #e7dce017
-@patch
-def _step(self:ExtendedLearner):
-    if self.accelerator is None: return Learner._step(self)
-    self.accelerator.step()
 
 # %% ../nbs/08_callback.ipynb #6b1c5c9c
 class AcceleratorCallback(ExtendingCallback):
@@ -207,8 +190,8 @@ def _shard(self:AcceleratorCallback, dl):
 
 # %% ../nbs/08_callback.ipynb #e0feb07d
 @patch
-def _restore(self:AcceleratorCallback):
-    "Put the learner back as it was before `before_fit`"
+def restore(self:AcceleratorCallback):
+    "Put the learner back as it was before `before_fit` (the loop's `fit` calls it when a fit ends, even when it raises)"
     self.depth = 0
     acc,learn = self.accelerator,self.learn
     if self.home is not None: # back where it was: files hold no XLA tensor, and fastai's `model.to` moves nothing
@@ -227,18 +210,13 @@ def after_fit(self:AcceleratorCallback):
     # a fit cancelled mid-epoch: what the `Recorder` recorded since its last epoch
     if self.distributed: sync_smooth_loss(self.learn)
     self.depth -= 1
-    if self.depth == 0: self._restore()
+    if self.depth == 0: self.restore()
 
-# %% ../nbs/08_callback.ipynb #958f44da
-@patch
-def fit(self:ExtendedLearner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=False, start_epoch=0):
-    "fastai's `fit`, leaving an accelerated learner as it was before even when the fit raises"
-    self.fit_calls,outer,self.in_fit = self.fit_calls+1,self.in_fit,True
-    if self.accelerator is not None: self.accelerator.fit_starting = True
-    try: return Learner.fit(self, n_epoch, lr=lr, wd=wd, cbs=cbs, reset_opt=reset_opt, start_epoch=start_epoch)
-    finally:
-        self.in_fit = outer
-        if self.accelerator is not None and not outer: self.accelerator._restore()
+# %% ../nbs/08_callback.ipynb #dd9a6ffa
+@learner_file_hook
+def _without_accelerator(learn, op, kwargs):
+    "An export leaves `AcceleratorCallback` out"
+    return learn.removed_cbs([cb for cb in learn.cbs if isinstance(cb, AcceleratorCallback)]) if op == 'export' else nullcontext()
 
 # %% ../nbs/08_callback.ipynb #8fe56cb9
 @patch

@@ -10,6 +10,7 @@ import torch
 from fastai.callback.progress import ProgressCallback
 from fastai.basics import *
 from .patching import ExtendingCallback, epoch_order, worker_init, set_worker_init
+from .loop import training_fit
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL
 from .accelerator import restart_counts
@@ -187,7 +188,7 @@ def _resume_from(self:CheckpointCallback)->Path|None:
 @patch
 def before_fit(self:CheckpointCallback):
     learn = self.learn
-    if not learn.in_fit or hasattr(learn, 'lr_finder') or hasattr(learn, 'gather_preds'): self.run = False; return
+    if not training_fit(learn) or hasattr(learn, 'gather_preds'): self.run = False; return
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order = learn.fit_calls,0,0,None
     self._check_loader()

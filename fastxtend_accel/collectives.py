@@ -29,7 +29,14 @@ class AttachedAccelerator(Protocol):
     is_local_main_process:bool # The first process on this machine
     smooth_loss_every_batch:bool # Average the smooth loss over the processes at every batch, not once an epoch
     xla:bool # Training on an XLA device (a TPU): the model is there during a fit, on the CPU between fits
+    fsdp:bool # The model is sharded with FSDP2: it runs on every process together
+    in_loop:bool # A fit's own training or validation loop is running (not a batch a callback runs itself)
+    batch_device:torch.device # Where the loop puts batches: `device` as its tensors name it
+    fit_starting:bool # Set by the loop's `fit` before fastai's: the `before_fit` to come starts a fit, not an evaluation
     def wait_for_everyone(self): "Wait until every process gets here"
+    def backward(self, loss): "Back-propagate `loss` (the loop's `_backward`)"
+    def step(self): "Step the optimizer (the loop's `_step`)"
+    def restore(self): "Put the learner back as it was before the fit (the loop's `fit`, when it ends, even raising)"
 
 def is_distributed(learn # A `Learner`, or any object standing in for one
                   )->bool:

@@ -5,7 +5,7 @@
 # %% ../nbs/09a_compiler.ipynb #bad11f8d
 from __future__ import annotations
 import pickle
-import cloudpickle
+from contextlib import contextmanager, nullcontext
 from enum import Enum
 import torch
 from torch import nn
@@ -14,7 +14,8 @@ from fastcore.meta import delegates
 from fastai.basics import *
 import fastai.learner
 import fastai.callback.schedule # adds `Learner.fine_tune`, which this module wraps
-from .patching import ExtendedLearner, ExtendingCallback, kept, unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
+from .patching import ExtendedLearner, ExtendingCallback, unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
+from .loop import learner_file_hook
 from .core import AcceleratorCallback
 from .dynamo import *
 _all_ = ['compile_model', 'uncompile_model', 'is_compiled', 'DynamoExplainCallback'] # for `from ...compiler import *`
@@ -166,10 +167,6 @@ def compile(self:Learner, **kwargs):
     return self.add_cb(cb)
 
 # %% ../nbs/09a_compiler.ipynb #4a1b66d1
-def _pre_compiler(name):
-    "`ExtendedLearner.name` as it was before this module first patched it (`core`'s or `fsdp_values`'), else fastai's"
-    return kept(ExtendedLearner, name, 'pre_compiler', getattr(Learner, name))
-
 def _unwrapped_key(k): return k.replace('_orig_mod.', '')
 
 def _match_orig_mod(module, state_dict, prefix, *args):
@@ -180,29 +177,34 @@ def _match_orig_mod(module, state_dict, prefix, *args):
         if new != k and new not in state_dict: state_dict[new] = state_dict.pop(k)
 
 # %% ../nbs/09a_compiler.ipynb #de6c2236
-_load = _pre_compiler('load')
-
-@patch
-@delegates(_load)
-def load(self:ExtendedLearner, file, device=None, **kwargs):
-    "Load model and optimizer state from `self.path/self.model_dir/file`, with or without `_orig_mod.` in the keys"
-    hook = get_model(self.model).register_load_state_dict_pre_hook(_match_orig_mod)
-    try: return _load(self, file, device, **kwargs)
+@contextmanager
+def _orig_mod_keys(learn):
+    "Inside, `learn`'s model loads a state dict with or without `_orig_mod.` in its keys"
+    hook = get_model(learn.model).register_load_state_dict_pre_hook(_match_orig_mod)
+    try: yield
     finally: hook.remove()
+
+@learner_file_hook
+def _compiled_load(learn, op, kwargs):
+    "An extended learner's `load` takes keys with or without `_orig_mod.`"
+    return _orig_mod_keys(learn) if op == 'load' else nullcontext()
 
 # %% ../nbs/09a_compiler.ipynb #9f1924cb
 _compile_cbs = (CompilerCallback, DynamoExplainCallback)
-_export = _pre_compiler('export')
 
-@patch
-def export(self:ExtendedLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Export the content of `self` for inference, uncompiled and without compile or accelerate callbacks"
-    model = self.model
-    self.model = inner_model(model) if unwrap_torch_compiled(model) is not model else model
+@contextmanager
+def _uncompiled(learn):
+    "Inside, `learn`'s model is uncompiled (not `torch.compile`'s wrapper) and its compile callbacks are out"
+    model = learn.model
+    learn.model = inner_model(model) if unwrap_torch_compiled(model) is not model else model
     try:
-        with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, _compile_cbs)]):
-            _export(self, fname, pickle_module, pickle_protocol)
-    finally: self.model = model
+        with learn.removed_cbs([cb for cb in learn.cbs if isinstance(cb, _compile_cbs)]): yield
+    finally: learn.model = model
+
+@learner_file_hook
+def _compiled_export(learn, op, kwargs):
+    "An extended learner's `export` writes the model uncompiled, without compile callbacks"
+    return _uncompiled(learn) if op == 'export' else nullcontext()
 
 # %% ../nbs/09a_compiler.ipynb #afc2cc1d
 def load_learner(fname, cpu=True, pickle_module=pickle):
@@ -213,7 +215,7 @@ def load_learner(fname, cpu=True, pickle_module=pickle):
     return learn
 
 # %% ../nbs/09a_compiler.ipynb #7b25789e
-_freeze_to = _pre_compiler('freeze_to')
+_freeze_to = Learner.freeze_to # fastai's
 
 @patch
 def freeze_to(self:ExtendedLearner, n:int):
@@ -229,7 +231,7 @@ def freeze_to(self:ExtendedLearner, n:int):
              "use `learn.compile()` to have it compiled afresh at the next fit.")
 
 # %% ../nbs/09a_compiler.ipynb #aea93a67
-_fine_tune = _pre_compiler('fine_tune')
+_fine_tune = Learner.fine_tune # fastai's
 
 @patch
 @delegates(_fine_tune)

@@ -5,15 +5,12 @@
 # %% ../nbs/08a_core.ipynb #bbfbba6f
 from __future__ import annotations
 import functools
-import cloudpickle
 from contextlib import contextmanager, nullcontext
 from fastai.basics import *
-from .patching import ExtendedLearner
 from .data import ShardedDL
 from .collectives import *
-from .events import call_event, opt_method
 from .fsdp import forward_refused
-from .fsdp_values import gathered
+from . import fsdp_values # its `learner_file_hook`: files of a sharded model hold its full weights
 from .accelerator import local_main_first, make_accelerator
 from .callback import *
 _all_ = ['AcceleratorCallback', 'local_main_first', 'make_accelerator', 'ShardedDL'] # for `from ...core import *`
@@ -48,54 +45,6 @@ def main_process_only(f):
         with learn.single_process(): return f(self, *args, **kwargs)
     return _inner
 
-# %% ../nbs/08a_core.ipynb #9a04b3c7
-@patch
-def to_detach(self:ExtendedLearner, b, cpu=True, gather=True):
-    # no collective for a process working alone
-    if self.accelerator is not None and not self.accelerator.distributed: gather = False
-    return Learner.to_detach(self, b, cpu, gather)
-
-# %% ../nbs/08a_core.ipynb #4af5857d
-# the methods whose work the fused `one_batch` below does itself: fastai's, or those of an extended learner's events
-_loop_names = ('_do_one_batch', '_do_grad_opt', '_with_events', '_call_one', '__call__')
-_loop = tuple(vars(ExtendedLearner).get(n) or vars(Learner)[n] for n in _loop_names)
-
-def _own_loop(learn):
-    "Whether `learn` runs the methods of `_loop`: no subclass or patch replaced one"
-    t = type(learn)
-    return ((t._do_one_batch, t._do_grad_opt, t._with_events, t._call_one, t.__call__) == _loop
-            and learn.__dict__.keys().isdisjoint(_loop_names))
-
-@patch
-def one_batch(self:ExtendedLearner, i, b):
-    "Train or evaluate on batch `b`, the `i`-th of the epoch; in an accelerated fit's own loop, in one function"
-    acc = self.accelerator
-    if acc is None or not acc.in_loop or not _own_loop(self):
-        # a callback's own batch: this process alone
-        if is_distributed(self) and not acc.in_loop and not acc.fsdp:
-            with self.single_process(): return Learner.one_batch(self, i, b)
-        return Learner.one_batch(self, i, b)
-    self.iter = i
-    self._split(self._set_device(b))
-    try:
-        call_event(self, 'before_batch')
-        self.pred = self.model(*self.xb)
-        call_event(self, 'after_pred')
-        if len(self.yb):
-            self.loss_grad = self.loss_func(self.pred, *self.yb)
-            self.loss = self.loss_grad.clone()
-        call_event(self, 'after_loss')
-        if self.training and len(self.yb):
-            try: call_event(self, 'before_backward'); self._backward()
-            except CancelBackwardException: call_event(self, 'after_cancel_backward')
-            call_event(self, 'after_backward')
-            try: call_event(self, 'before_step'); self._step()
-            except CancelStepException: call_event(self, 'after_cancel_step')
-            call_event(self, 'after_step')
-            opt_method(self.opt, 'zero_grad')()
-    except CancelBatchException: call_event(self, 'after_cancel_batch')
-    call_event(self, 'after_batch')
-
 # %% ../nbs/08a_core.ipynb #c638d27c
 @patch
 @contextmanager
@@ -106,23 +55,3 @@ def distributed_eval(self:Learner):
     old,cb.shared_eval = cb.shared_eval,True
     try: yield self
     finally: cb.shared_eval = old
-
-# %% ../nbs/08a_core.ipynb #a53c7dc0
-@patch
-def save(self:ExtendedLearner, file, **kwargs):
-    "fastai's `save`, written by the main process only; every process gets the file's path"
-    with gathered(self, kwargs.get('with_opt', True)): # an FSDP2-sharded model: its full weights, from every process
-        if self.accelerator is None or self.is_main_process: return Learner.save(self, file, **kwargs)
-    return self.path/self.model_dir/f'{file}.pth' if isinstance(file, (str, Path)) else file
-
-# %% ../nbs/08a_core.ipynb #9b4b302a
-@patch
-def export(self:ExtendedLearner, fname='export.pkl', pickle_module=cloudpickle, pickle_protocol=2):
-    "Export the content of `self` for inference, as its plain class without `AcceleratorCallback`, from the main process"
-    with gathered(self): # an FSDP2-sharded model: a plain copy with its full weights, from every process
-        if not self.is_main_process: return # fastai asks `RANK`, which `debug_launcher` sets to 0 in every process
-        cls,self.__class__ = self.__class__,self.plain_class # `load_learner` gives a learner running fastai's code
-        try:
-            with self.removed_cbs([cb for cb in self.cbs if isinstance(cb, AcceleratorCallback)]):
-                Learner.export(self, fname, pickle_module, pickle_protocol)
-        finally: self.__class__ = cls

@@ -17,7 +17,7 @@ from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from contextlib import contextmanager
 from types import MethodType
-from .patching import ExtendedLearner, note_change, epoch_order, own_fake_loader
+from .patching import note_change, epoch_order, own_fake_loader
 from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
 
 # %% auto #0
@@ -322,14 +322,6 @@ def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
     "An epoch of `dl`'s batches as `iter(dl)` gives them, each made by `fetch`, drawing the random numbers torch draws"
     torch.empty((), dtype=torch.int64).random_(generator=dl.generator) # torch's iterator, as it starts: its workers' seed
     return map(fetch, dl.batch_sampler) # the sampler draws its order at the first batch, as in torch's iterator
-
-@patch
-def all_batches(self:ExtendedLearner):
-    "fastai's loop over `self.dl`'s batches; an accelerated learner's torch `DataLoader` that `torch_fetcher` serves gives each in one fetch"
-    if self.accelerator is None or (fetch := torch_fetcher(self.dl)) is None: return Learner.all_batches(self)
-    # fastai's two lines, iterating `torch_batches` (fastai's iterate `self.dl`)
-    self.n_iter = len(self.dl)
-    for o in enumerate(torch_batches(self.dl, fetch)): self.one_batch(*o)
 
 
 # %% ../nbs/03_data.ipynb #4d27f87d

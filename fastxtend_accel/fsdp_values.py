@@ -4,14 +4,15 @@
 
 # %% ../nbs/06a_fsdp_values.ipynb #f382be75
 from __future__ import annotations
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from copy import deepcopy
 from itertools import chain
 import torch
 import torch.distributed as dist
 from torch import nn
 from fastai.basics import *
-from .patching import ExtendedLearner, set_module_tensor
+from .patching import set_module_tensor
+from .loop import learner_file_hook
 from .collectives import is_distributed # declares `Learner.accelerator`
 from .fsdp import *
 from .fsdp import DTensor # torch's, or a stand-in no tensor is an instance of where torch lacks FSDP2
@@ -99,23 +100,23 @@ def gathered(learn:Learner, # A learner whose model may be sharded with FSDP2, o
     with _swapped(learn, model, states): yield
 
 # %% ../nbs/06a_fsdp_values.ipynb #69e683c0
-_load = Learner.load # fastai's
-
-@patch
-@delegates(_load)
-def load(self:ExtendedLearner, file, device=None, **kwargs):
-    "Load model and optimizer state from `self.path/self.model_dir/file`; a sharded model keeps each process's shards"
-    model = self.model
-    # fastai's, unless we sharded it
-    if self.accelerator is None or not is_sharded(model): return _load(self, file, device, **kwargs)
-    if self.opt is None: self.create_opt() # on the sharded parameters
+@contextmanager
+def _into_shards(learn):
+    "Inside, fastai's `load` reads the file into a plain copy of `learn`'s sharded model; after, each process's shards"
+    model = learn.model
+    if learn.opt is None: learn.create_opt() # on the sharded parameters
     reshard(model)
     plain = deepcopy(meta_skeleton(model)).to_empty(device='cpu')
-    with _swapped(self, plain, None): _load(self, file, device, **kwargs) # every process reads the file
+    with _swapped(learn, plain, None): yield # every process reads the file
     src = dict(chain(plain.named_parameters(), plain.named_buffers()))
     with torch.no_grad():
         for n,t in chain(model.named_parameters(), model.named_buffers()):
             t.copy_(shard_like(src[n], t, None) if isinstance(t, DTensor) else src[n])
-    for st in opt_states(self.opt):
+    for st in opt_states(learn.opt):
         for p in list(st): st[p] = shard_state(st[p], p, None)
-    return self
+
+@learner_file_hook
+def _full_weights(learn, op, kwargs):
+    "`save` and `export` write a sharded (or XLA) model's full weights; `load` keeps each process's shards"
+    if op != 'load': return gathered(learn, kwargs.get('with_opt', True) if op == 'save' else False)
+    return _into_shards(learn) if learn.accelerator is not None and is_sharded(learn.model) else nullcontext()

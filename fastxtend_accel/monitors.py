@@ -10,7 +10,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from fastai.basics import *
 from .patching import ExtendingCallback
-from .patching import ExtendingCallback
+from .loop import training_fit
 from .core import * # `Learner.in_fit`, `Learner.all_gather`
 from .fields import checkpoint_fields
 
@@ -30,7 +30,7 @@ class EpochColumnsCallback(ExtendingCallback):
         learn,self.history,self.values = self.learn,getattr(self, 'history', []),{}
         self.evaluating = learn.lock.locked() # `validate` and `get_preds` send `before_fit` too
         if self.evaluating: return
-        if not learn.in_fit or hasattr(learn, 'lr_finder'): self.run = False; return
+        if not training_fit(learn): self.run = False; return
         old = getattr(self, 'added', []) # left by a fit that raised
         self.names = self.columns()
         self.added = [ValueMetric(partial(self.values.get, k), k) for k in self.names]

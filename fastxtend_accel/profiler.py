@@ -9,7 +9,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
 from .patching import ExtendingCallback
-from .patching import ExtendingCallback
+from .loop import training_fit
 from .core import * # `Learner.in_fit`
 
 # %% auto #0
@@ -34,7 +34,7 @@ class ProfilerCallback(ExtendingCallback):
 
     def before_fit(self):
         learn = self.learn
-        if learn.lock.locked() or not learn.in_fit or hasattr(learn, 'lr_finder'): self.run = False; return
+        if learn.lock.locked() or not training_fit(learn): self.run = False; return
         rank = learn.accelerator.accelerator.process_index if learn.accelerator is not None else 0
         if self.ranks is not None and rank not in self.ranks: self.run = False; return
         self.rank = rank

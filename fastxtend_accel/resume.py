@@ -8,7 +8,8 @@ import math
 import torch
 from torch.utils.data import get_worker_info
 from fastai.basics import *
-from .patching import ExtendedLearner, kept
+from .patching import extend_learner
+from . import loop # `Learner.start_from`
 from .data import ShardedDL
 from .rng import *
 from .fields import restore_recorder
@@ -16,27 +17,6 @@ from .state import * # `Learner.load_state`
 
 # %% auto #0
 __all__ = ['global_bs', 'Resumption']
-
-# %% ../nbs/15_resume.ipynb #0c8c63d0
-@patch
-def _do_fit(self:ExtendedLearner):
-    start = getattr(self, '_start_epoch', None)
-    if start is None: return Learner._do_fit(self)
-    del self._start_epoch
-    for epoch in range(start, self.n_epoch):
-        self.epoch = epoch
-        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
-
-# %% ../nbs/15_resume.ipynb #3b4b1417
-_all_batches = kept(ExtendedLearner, 'all_batches', 'pre_resume') # `fastxtend_accel.data`'s: torch loaders fetched whole
-
-@patch
-def all_batches(self:ExtendedLearner):
-    start = getattr(self, '_start_batch', None)
-    if start is None: return _all_batches(self)
-    del self._start_batch
-    self.n_iter = len(self.dl) # the whole epoch's, which the schedule counts in
-    for o in enumerate(self.dl, start): self.one_batch(*o)
 
 # %% ../nbs/15_resume.ipynb #dfead7e4
 def _once(o, name, f):
@@ -68,10 +48,10 @@ class Resumption:
         verified:bool=False # Whether every process verified `ckpt` already (`Learner.verify_state`)
     ):
         "Step 1, at `before_fit`: load weights, optimizer, scaler, callbacks' fields; start at the checkpoint's epoch"
-        self.learn,self.ckpt,self.undo,self.pending = learn,ckpt,[],True
+        self.learn,self.ckpt,self.undo,self.pending = extend_learner(learn),ckpt,[],True # a resumed learner runs the loop's fit
         # where the fit stood, its random states and its `Recorder`
         self.p = learn.load_state(ckpt, with_rng=False, verify=not verified)
-        learn._start_epoch = self.p['epoch'] # `Learner._do_fit` starts there
+        learn.start_from(epoch=self.p['epoch'])
         if self.p['batch'] == 0: self.restore() # an epoch boundary: everything as when that epoch ended
 
 # %% ../nbs/15_resume.ipynb #4d4d4f11
@@ -94,7 +74,7 @@ def skip_done(self:Resumption)->list:
         _once(outer, 'after_batch', transform_then),
     ]
     rest = max(0, len(p['order']) - done) # the epoch's items still to train on, in batches of this run's size
-    learn._start_batch = len(outer) - (rest//g if dl.drop_last else math.ceil(rest/g))
+    learn.start_from(batch=len(outer) - (rest//g if dl.drop_last else math.ceil(rest/g)))
     return p['order']
 
 # %% ../nbs/15_resume.ipynb #0b3c3446

@@ -11,6 +11,7 @@ from fastai.callback.schedule import ParamScheduler
 from accelerate.utils import LoggerType
 from accelerate import utils as accelerate_utils
 from .patching import ExtendingCallback
+from .loop import training_fit
 from .core import * # `Learner.accelerate`, `Learner.in_fit`, `Learner.is_main_process`
 from .fields import checkpoint_fields
 from .resume import global_bs
@@ -88,7 +89,7 @@ def before_fit(self:TrackersCallback):
     learn = self.learn
     self.evaluating = learn.lock.locked() # `validate` and `get_preds` send `before_fit` too
     if self.evaluating: return
-    if not learn.in_fit or hasattr(learn, 'lr_finder'): self.run = False; return
+    if not training_fit(learn): self.run = False; return
     if learn.accelerator is None:
         raise ValueError("`TrackersCallback` sends to the trackers of an `Accelerator`: call "
                          "`learn.accelerate(log_with=..., project_dir=...)` first")

@@ -174,8 +174,11 @@ def test_load_learner_drops_saved_compiler_callback(tmp_path):
 
 def test_reimport_does_not_double_wrap(tmp_path):
     "After a reload (the lesson checks which originals are kept), exporting an accelerated, compiled learner still works"
+    from fastxtend_accel.loop import learner_file_hooks
+    hooks = learner_file_hooks()
     importlib.reload(compiler)
-    assert ExtendedLearner.export.__module__ == 'fastxtend_accel.compiler' and Learner.export.__module__ == 'fastai.learner'
+    assert learner_file_hooks() == hooks and sum(h.startswith('fastxtend_accel.compiler.') for h in hooks) == 2
+    assert ExtendedLearner.export.__module__ == 'fastxtend_accel.loop' and Learner.export.__module__ == 'fastai.learner'
     learn = fit(synth_learner_digits(n=64, path=tmp_path).accelerate().compile(backend='eager'))
     learn.export('learn.pkl')
     loaded = compiler.load_learner(tmp_path/'learn.pkl')

@@ -189,3 +189,43 @@ def test_plain_fit_runs_fastai_code(tmp_path):
     # the table's other global change: a hook before `fork` (Python < 3.11.10), for the loaders' worker processes
     hooks = {'collectives._settle_before_fork'} if any(t == 'os' for t,*_ in fastai_changes()) else set()
     assert called - hooks == {'callback.step'}, sorted(called)
+
+_ORDER = """
+import importlib, json, sys, tempfile
+for m in sys.argv[1].split(','): importlib.import_module(f'fastxtend_accel.{m}')
+import fastxtend_accel.all
+from fastai.basics import *
+from fastxtend_accel.patching import fastai_changes
+from fastxtend_accel.loop import learner_file_hooks
+from fastxtend_accel.test_utils import synth_learner_digits
+set_seed(0)
+learn = synth_learner_digits(n=128, bs=32).accelerate().compile(backend='eager')
+with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+with tempfile.TemporaryDirectory() as d: learn.export(f'{d}/e.pkl'); cbs = [type(c).__name__ for c in load_learner(f'{d}/e.pkl').cbs]
+print(json.dumps(dict(changes=fastai_changes(), hooks=learner_file_hooks(), values=[[float(v) for v in r] for r in learn.recorder.values], exported=cbs)))
+"""
+
+def test_import_order_changes_nothing():
+    "Modules imported in any order, in fresh processes: the same changes to fastai, file hooks and fit"
+    from fastxtend_accel.test_utils import run_cmd
+    orders = ['core', 'trackers,checkpoint,compiler', 'compiler,fsdp_values,resume,core', 'monitors,profiler,watchdog,loop',
+              'checkpoint,data,events,callback']
+    res = [json.loads(run_cmd([sys.executable, '-c', _ORDER, o]).stdout.splitlines()[-1]) for o in orders]
+    assert all(r == res[0] for r in res[1:]), [o for o,r in zip(orders, res) if r != res[0]]
+    assert res[0]['exported'] == ['TrainEvalCallback', 'Recorder', 'CastToTensor', 'ProgressCallback'], res[0]['exported']
+
+def test_trackers_after_core_alone(tmp_path):
+    "`.accelerate(log_with=...)` after `from fastxtend_accel.core import *` alone sends the fit to TensorBoard"
+    code = f"""
+from fastai.basics import *
+from fastxtend_accel.core import *
+from fastxtend_accel.test_utils import synth_learner_digits
+learn = synth_learner_digits(n=128, bs=32).accelerate(log_with='tensorboard', project_dir={str(tmp_path)!r})
+with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+print(type(learn.trackers).__module__)
+"""
+    from fastxtend_accel.test_utils import run_cmd
+    assert run_cmd([sys.executable, '-c', code]).stdout.splitlines()[-1] == 'fastxtend_accel.trackers'
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tmp_path/'fastai')).Reload()
+    assert [e.step for e in ea.Scalars('valid_loss')] == [3] # 102 training items at bs 32, drop_last: 3 steps
