@@ -15,6 +15,7 @@ from fastai.callback.training import GradientAccumulation
 from fastai.callback.progress import ProgressCallback, ShowGraphCallback, CSVLogger
 from accelerate import Accelerator
 from .patching import *
+from .extension import *
 from .data import *
 from .collectives import *
 from .evaluation import *
@@ -79,7 +80,8 @@ class AcceleratorCallback(ExtendingCallback):
         self.precision,self.device = self.accelerator.mixed_precision,self.accelerator.device
         self.xla,self.home = is_xla(self.accelerator),None # On an XLA device; where the model was before the fit
         if self.xla: check_xla(self.accelerator)
-        self._no_sync,self._fetching,self.depth,self.old_loaders,self.fit_starting = ExitStack(),ExitStack(),0,None,False
+        self._no_sync,self._fetching = ExitStack(),ExitStack() # DDP's `no_sync`; the loaders' `fetching`, `placing`
+        self.depth,self.old_loaders,self.fit_starting = 0,None,False
         self.set_distributed(self.accelerator.num_processes > 1)
 
     def set_distributed(self,
@@ -116,7 +118,7 @@ def accelerate(self:Learner,
     # the global batch), ...
     **kwargs
 ):
-    "Train with Hugging Face Accelerate, replacing any earlier `AcceleratorCallback`; with `log_with`, send the fit to its trackers"
+    "Train with Hugging Face Accelerate, replacing an earlier `AcceleratorCallback`; `log_with`: send to its trackers"
     # trackers: their module, imported when asked for (it names the package to install for a missing one)
     trackers = importlib.import_module('fastxtend_accel.trackers') if kwargs.get('log_with') else None
     if trackers is not None: trackers.check_trackers(kwargs['log_with'])
@@ -191,7 +193,7 @@ def _shard(self:AcceleratorCallback, dl):
 # %% ../nbs/08_callback.ipynb #e0feb07d
 @patch
 def restore(self:AcceleratorCallback):
-    "Put the learner back as it was before `before_fit` (the loop's `fit` calls it when a fit ends, even when it raises)"
+    "Put the learner back as it was before `before_fit` (the loop's `fit` calls it when a fit ends, even raising)"
     self.depth = 0
     acc,learn = self.accelerator,self.learn
     if self.home is not None: # back where it was: files hold no XLA tensor, and fastai's `model.to` moves nothing
@@ -216,7 +218,8 @@ def after_fit(self:AcceleratorCallback):
 @learner_file_hook
 def _without_accelerator(learn, op, kwargs):
     "An export leaves `AcceleratorCallback` out"
-    return learn.removed_cbs([cb for cb in learn.cbs if isinstance(cb, AcceleratorCallback)]) if op == 'export' else nullcontext()
+    if op != 'export': return nullcontext()
+    return learn.removed_cbs([cb for cb in learn.cbs if isinstance(cb, AcceleratorCallback)])
 
 # %% ../nbs/08_callback.ipynb #8fe56cb9
 @patch

@@ -9,7 +9,8 @@ from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
 from fastai.basics import *
-from .patching import ExtendingCallback, epoch_order, worker_init, set_worker_init
+from .patching import epoch_order, worker_init, set_worker_init
+from .extension import ExtendingCallback
 from .loop import training_fit
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL

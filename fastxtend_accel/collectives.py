@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from fastai.basics import *
 import accelerate.utils as au
-from .patching import note_change
+from .extension import note_change
 
 # %% auto #0
 __all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction']
@@ -32,7 +32,7 @@ class AttachedAccelerator(Protocol):
     fsdp:bool # The model is sharded with FSDP2: it runs on every process together
     in_loop:bool # A fit's own training or validation loop is running (not a batch a callback runs itself)
     batch_device:torch.device # Where the loop puts batches: `device` as its tensors name it
-    fit_starting:bool # Set by the loop's `fit` before fastai's: the `before_fit` to come starts a fit, not an evaluation
+    fit_starting:bool # Set by the loop's `fit`: the `before_fit` to come starts a fit, not an evaluation
     def wait_for_everyone(self): "Wait until every process gets here"
     def backward(self, loss): "Back-propagate `loss` (the loop's `_backward`)"
     def step(self): "Step the optimizer (the loop's `_step`)"

@@ -14,7 +14,8 @@ from fastcore.meta import delegates
 from fastai.basics import *
 import fastai.learner
 import fastai.callback.schedule # adds `Learner.fine_tune`, which this module wraps
-from .patching import ExtendedLearner, ExtendingCallback, unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
+from .patching import unwrap_torch_compiled, compiled_graphs, clear_compiled_graphs
+from .extension import ExtendedLearner, ExtendingCallback
 from .loop import learner_file_hook
 from .core import AcceleratorCallback
 from .dynamo import *

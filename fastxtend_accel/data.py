@@ -17,7 +17,8 @@ from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
 from contextlib import contextmanager
 from types import MethodType
-from .patching import note_change, epoch_order, own_fake_loader
+from .patching import epoch_order, own_fake_loader
+from .extension import note_change
 from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
 
 # %% auto #0
@@ -284,7 +285,7 @@ def _create_batches(self:DataLoader, samps):
         else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
 
 _fetchers = dict(sample=_sample, create_batches=_create_batches) # the methods `fetching` gives a loader
-for _n,_f in _fetchers.items(): note_change(DataLoader, _n, _f, "an accelerated learner's loaders, during its fits (`fetching`)")
+for _n,_f in _fetchers.items(): note_change(DataLoader, _n, _f, "an accelerated learner's loaders in its fits")
 
 def _fetched(dl):
     "The fastai loaders whose methods make `dl`'s batches: `dl`, and the one a `ShardedDL` wraps"
@@ -347,5 +348,5 @@ def placing():
     try: yield
     finally: fastai.data.load.to_device = old
 
-note_change(fastai.data.load, 'to_device', to_device, "while an accelerated learner fits (`placing`): the same batch, one "
-                                                       "already on its device kept as it is")
+note_change(fastai.data.load, 'to_device', to_device,
+            "while an accelerated learner fits (`placing`): the same batch, one already on its device kept as it is")

@@ -12,7 +12,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from packaging.version import Version
 from fastai.basics import *
-from .patching import (ExtendingCallback, compiled_call, set_compiled_call, call_module, CompiledForward, unwrap_torch_compiled,
+from .extension import ExtendingCallback
+from .patching import (compiled_call, set_compiled_call, call_module, CompiledForward, unwrap_torch_compiled,
                                       compiled_graphs, clear_compiled_graphs)
 from .callback import AcceleratorCallback
 

@@ -13,14 +13,14 @@ from fastai.callback.schedule import LRFinder, ParamScheduler
 from fastai.callback.tracker import TerminateOnNaNCallback
 from fastai.callback.hook import ActivationStats
 from types import MethodType
-from .patching import note_change, accelerated_event
+from .extension import note_change, accelerated_event
 from .collectives import *
 
 # %% auto #0
-__all__ = ['accelerated_accumulate', 'accumulate', 'sync_smooth_loss', 'after_batch', 'before_fit', 'after_fit']
+__all__ = ['accelerated_accumulate', 'accumulate', 'sync_smooth_loss', 'own_smoothing', 'unsynced_losses']
 
 # %% ../nbs/04_evaluation.ipynb #b83eac3b
-# fastai's `accumulate` of a metric class -> what an accelerated learner's `Recorder` runs instead, with the same arguments
+# fastai's `accumulate` of a metric class -> what an accelerated learner's `Recorder` runs instead (same arguments)
 accelerated_accumulate = {}
 
 def _accumulates(cls, why):
@@ -73,6 +73,21 @@ def resume_own(self:AvgSmoothLoss,
     "Go on smoothing this process's losses from `own`, with nothing recorded since (a checkpoint's resume)"
     self.own,self.n_own = own,0
 
+# %% ../nbs/04_evaluation.ipynb #74ed4efe
+def _smooth(learn): return getattr(getattr(learn, 'recorder', None), 'smooth_loss', None)
+
+def own_smoothing(learn # A learner
+                 )->Tensor|None:
+    "This process's own smoothing of its losses (what a checkpoint keeps for it), None on one process"
+    sm = _smooth(learn)
+    return None if sm is None else sm.own
+
+def unsynced_losses(learn # A learner
+                   )->int:
+    "How many of the `Recorder`'s last smooth losses are still this process's own, until the next `sync_smooth_loss`"
+    sm = _smooth(learn)
+    return 0 if sm is None else sm.n_own
+
 # %% ../nbs/04_evaluation.ipynb #d6d92ded
 def _accumulate_mean(self, learn, val):
     "Add `val`, a batch mean, to `self.total` weighted by the batch size, summed over processes"
@@ -93,27 +108,27 @@ def _metric_accumulate(self:AvgMetric, learn):
     _accumulate_mean(self, learn, self.func(learn.pred, *learn.yb))
 
 # %% ../nbs/04_evaluation.ipynb #60ecc6b9
-@accelerated_event(TerminateOnNaNCallback, "every process stops when any process's loss is not finite")
-def after_batch(self:TerminateOnNaNCallback):
+@accelerated_event(TerminateOnNaNCallback, 'after_batch', "every process stops when any process's loss is not finite")
+def _nan_after_batch(self:TerminateOnNaNCallback):
     if not is_distributed(self.learn): return TerminateOnNaNCallback.after_batch(self)
     bad = (~torch.isfinite(self.learn.loss.detach())).any().float()
     if self.learn.reduce(bad, 'max') > 0: raise CancelFitException
 
 # %% ../nbs/04_evaluation.ipynb #6e2957b8
-@accelerated_event(LRFinder, "the weights kept in memory, not in a file each process would write")
-def before_fit(self:LRFinder):
+@accelerated_event(LRFinder, 'before_fit', "the weights kept in memory, not in a file each process would write")
+def _lrf_before_fit(self:LRFinder):
     if not is_distributed(self.learn): return LRFinder.before_fit(self)
     ParamScheduler.before_fit(self)
     self.saved = deepcopy((get_model(self.learn.model).state_dict(), self.learn.opt.state_dict()))
     self.best_loss = float('inf')
 
-@accelerated_event(LRFinder, "stops when the smooth loss averaged over processes diverges")
-def after_batch(self:LRFinder):
+@accelerated_event(LRFinder, 'after_batch', "stops when the smooth loss averaged over processes diverges")
+def _lrf_after_batch(self:LRFinder):
     sync_smooth_loss(self.learn) # it stops when the smooth loss diverges: every process decides from the same value
     return LRFinder.after_batch(self)
 
-@accelerated_event(LRFinder, "the weights put back from memory")
-def after_fit(self:LRFinder):
+@accelerated_event(LRFinder, 'after_fit', "the weights put back from memory")
+def _lrf_after_fit(self:LRFinder):
     if not is_distributed(self.learn): return LRFinder.after_fit(self)
     self.learn.opt.zero_grad()
     model_sd,opt_sd = self.saved
@@ -153,9 +168,10 @@ def _main_only(f):
         if self.learn is None or getattr(self.learn, 'is_main_process', True): return f(self, *args, **kwargs)
     return _inner
 
-@accelerated_event(ActivationStats, "statistics over every process's activations; its plots drawn by the main process")
-def before_fit(self:ActivationStats):
+@accelerated_event(ActivationStats, 'before_fit', "statistics of every process's activations; plots by the main one")
+def _act_before_fit(self:ActivationStats):
     "Hook the modules with `_hook`; this callback's plots drawn by the main process only"
     self.hook = MethodType(_hook, self) # what `HookCallback.before_fit` registers
-    for n in ('plot_layer_stats', 'color_dim', 'hist'): setattr(self, n, MethodType(_main_only(getattr(ActivationStats, n)), self))
+    for n in ('plot_layer_stats', 'color_dim', 'hist'):
+        setattr(self, n, MethodType(_main_only(getattr(ActivationStats, n)), self))
     ActivationStats.before_fit(self)

@@ -8,11 +8,12 @@ import weakref
 from types import MethodType
 from fastai.basics import *
 from fastai.callback.core import _inner_loop
-from .patching import ExtendedLearner, accelerated_event, event_method, recorder_metrics
+from .patching import recorder_metrics
+from .extension import ExtendedLearner, accelerated_event, event_method
 from .evaluation import sync_smooth_loss, accelerated_accumulate
 
 # %% auto #0
-__all__ = ['reset_event_lists', 'call_event', 'after_batch', 'before_batch', 'opt_method']
+__all__ = ['reset_event_lists', 'call_event', 'opt_method']
 
 # %% ../nbs/05_events.ipynb #6b870192
 _fastai_callback_call = Callback.__call__ # what calling a callback's method directly stands for, within a batch
@@ -38,7 +39,7 @@ def _call_outer(cb, f, name):
     if name == 'after_fit': cb.run = True # as fastai's `Callback.__call__`
 
 def _handler(cb, name):
-    "`(callback, method)` that calls event `name` on `cb`: method None: call the callback (a function, for a replacement)"
+    "`(callback, method)` calling event `name` on `cb`: method None: call the callback (a function, for a replacement)"
     direct = name in _inner_loop and type(cb).__call__ is _fastai_callback_call
     if (f := event_method(cb, name)) is None: return cb,(getattr(cb, name) if direct else None)
     return (cb,MethodType(f, cb)) if direct else (partial(_call_outer, cb, f),None)
@@ -86,9 +87,9 @@ def _last_lr(opt):
     if isinstance(opt, OptimWrapper): return opt.opt.param_groups[-1][opt.bwd_map.get('lr', 'lr')]
     return opt.hypers[-1]['lr']
 
-@accelerated_event(Recorder, "metrics and the smooth loss summed over processes (`accumulate`), the learning rate "
-                             "read from the last parameter group")
-def after_batch(self:Recorder):
+@accelerated_event(Recorder, 'after_batch', "metrics and the smooth loss summed over processes (`accumulate`), the "
+                                            "learning rate read from the last parameter group")
+def _recorder_after_batch(self:Recorder):
     "Update the metrics; in training, record the learning rate and the smooth loss"
     learn = self.learn
     if len(learn.yb) == 0: return
@@ -98,7 +99,8 @@ def after_batch(self:Recorder):
         return
     # what `recorder_metrics` gives then
     only_smooth = not self.train_metrics and not getattr(self, 'cancel_train', False)
-    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)): get(f := type(met).accumulate, f)(met, learn)
+    for met in ((self.smooth_loss,) if only_smooth else recorder_metrics(self, True)):
+        get(f := type(met).accumulate, f)(met, learn)
     self.lrs.append(_last_lr(learn.opt))
     learn.smooth_loss = self.smooth_loss.value
     self.losses.append(learn.smooth_loss)
@@ -110,15 +112,15 @@ def _to_plain(x):
     if isinstance(x, tuple): return tuple(_to_plain(o) for o in x)
     return cast(x, Tensor) if isinstance(x, Tensor) and type(x) is not Tensor else x
 
-@accelerated_event(CastToTensor, "plain tensors kept as they are, not aliased")
-def before_batch(self:CastToTensor):
+@accelerated_event(CastToTensor, 'before_batch', "plain tensors kept as they are, not aliased")
+def _cast_before_batch(self:CastToTensor):
     "Cast fastai's tensor subclasses in the batch to `Tensor`"
     learn = self.learn
     learn.xb,learn.yb = _to_plain(learn.xb),_to_plain(learn.yb)
 
 # %% ../nbs/05_events.ipynb #fe9ec2da
-@accelerated_event(TrainEvalCallback, "`n_iter` and `n_epoch` read from the learner, not through the callback")
-def after_batch(self:TrainEvalCallback):
+@accelerated_event(TrainEvalCallback, 'after_batch', "`n_iter` and `n_epoch` read from the learner, not the callback")
+def _train_eval_after_batch(self:TrainEvalCallback):
     "Update the iter counter (in training mode)"
     learn = self.learn
     learn.pct_train += 1./(learn.n_iter*learn.n_epoch)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import cloudpickle
 from contextlib import contextmanager, ExitStack, nullcontext
 from fastai.basics import *
-from .patching import ExtendedLearner
+from .extension import ExtendedLearner
 from .collectives import *
 from .data import to_device, torch_fetcher, torch_batches
 from .events import call_event, opt_method
@@ -56,7 +56,7 @@ def _do_fit(self:ExtendedLearner):
 
 @patch
 def all_batches(self:ExtendedLearner):
-    "fastai's loop over `self.dl`'s batches, from `start_from`'s batch; a torch loader `torch_fetcher` serves in one fetch each"
+    "fastai's loop over `self.dl`'s batches, from `start_from`'s; a torch loader `torch_fetcher` serves, a fetch each"
     start = vars(self).pop('_start_batch', 0) if self.training else 0
     fetch = None if self.accelerator is None else torch_fetcher(self.dl)
     if not start and fetch is None: return Learner.all_batches(self)
@@ -128,10 +128,10 @@ def to_detach(self:ExtendedLearner, b, cpu=True, gather=True):
     return Learner.to_detach(self, b, cpu, gather)
 
 # %% ../nbs/05a_loop.ipynb #d620c29e
-_file_hooks = {} # `module.name` -> a function (learn, op, kwargs) giving a context around fastai's `save`, `export`, `load`
+_file_hooks = {} # `module.name` -> a function (learn, op, kwargs): a context around fastai's `save`, `export`, `load`
 
 def learner_file_hook(f):
-    "Decorator: `f(learn, op, kwargs)` gives a context entered around an extended learner's `save`/`export`/`load` (`op`)"
+    "Decorator: `f(learn, op, kwargs)` is a context entered around an extended learner's `save`/`export`/`load` (`op`)"
     _file_hooks[f'{f.__module__}.{f.__qualname__}'] = f
     return f
 

@@ -9,7 +9,7 @@ from functools import partial
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 from fastai.basics import *
-from .patching import ExtendingCallback
+from .extension import ExtendingCallback
 from .loop import training_fit
 from .core import * # `Learner.in_fit`, `Learner.all_gather`
 from .fields import checkpoint_fields

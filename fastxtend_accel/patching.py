@@ -8,24 +8,20 @@ from collections import OrderedDict
 from copy import copy
 from functools import partial
 from typing import Callable
-import sys, importlib
 import fastai
 import torch
 from torch import nn, Tensor
 from fastcore.foundation import L
-from fastai.learner import Learner
-from fastai.callback.core import Callback
 from packaging.version import Version
 from accelerate.state import AcceleratorState, PartialState
 
 # %% auto #0
-__all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'ExtendedLearner', 'extended_class',
-           'extend_learner', 'ExtendingCallback', 'note_change', 'global_patch', 'fastai_changes', 'accelerated_event',
-           'event_method', 'accelerate_state', 'set_accelerate_state', 'reset_accelerate_state', 'release_prepared',
-           'track_prepared', 'untrack_prepared', 'restore_step', 'forget_prepared', 'reuse_amp_forward', 'epoch_order',
-           'own_fake_loader', 'worker_init', 'set_worker_init', 'recorder_metrics', 'compiled_call',
-           'set_compiled_call', 'call_module', 'CompiledForward', 'unwrap_torch_compiled', 'compiled_graphs',
-           'clear_compiled_graphs', 'plain_tensors', 'copy_metadata', 'set_module_tensor']
+__all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
+           'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
+           'forget_prepared', 'reuse_amp_forward', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init',
+           'recorder_metrics', 'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward',
+           'unwrap_torch_compiled', 'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata',
+           'set_module_tensor']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -63,137 +59,6 @@ def fastai_method(cls:type, # A fastai class
                  ):
     "fastai's own `cls.name`, saved on `cls` the first time this library replaces it"
     return kept(cls, name, 'fastai')
-
-# %% ../nbs/01_patching.ipynb #9eca3911
-class ExtendedLearner:
-    "The methods a `Learner` runs, instead of fastai's, once it asked for this library (see `extend_learner`)"
-    plain_class = None # The class the learner had before (set on each extended class)
-
-Learner.in_fit,Learner.fit_calls = False,0 # a fit is running; fits started so far (an extended learner's `fit` sets them)
-
-_extended = {} # a class's name in this module -> the extended class
-
-def _name(cls): return 'Extended__' + f'{cls.__module__}.{cls.__qualname__}'.replace('.', '__dot__')
-
-def extended_class(cls:type # A `Learner` class
-                  )->type:
-    "`cls` with `ExtendedLearner`'s methods where `cls` has fastai's own (its own overrides win), made once"
-    if issubclass(cls, ExtendedLearner): return cls
-    name = _name(cls)
-    if name not in _extended:
-        # what `cls` itself defines over `Learner`'s comes first again
-        own = {k: v for c in reversed(cls.__mro__[:cls.__mro__.index(Learner)]) for k,v in vars(c).items()
-               if not k.startswith('__') or k in ('__call__', '__init__')}
-        res = type(cls.__name__, (ExtendedLearner, cls), {**own, 'plain_class': cls, '__module__': __name__})
-        res.__qualname__ = name # where pickle finds it: `__getattr__` below
-        _extended[name] = res
-    return _extended[name]
-
-def __getattr__(name):
-    "An extended class by the name pickle saved it under, made again in a new process"
-    if not name.startswith('Extended__'): raise AttributeError(name)
-    path = name[len('Extended__'):].replace('__dot__', '.')
-    mod,qual = path, ''
-    while mod not in sys.modules and '.' in mod: mod,_,rest = mod.rpartition('.'); qual = f'{rest}.{qual}'.strip('.')
-    cls = importlib.import_module(mod)
-    for a in qual.split('.'): cls = getattr(cls, a)
-    return extended_class(cls)
-
-# %% ../nbs/01_patching.ipynb #98284db7
-def _stock_fit_running(learn):
-    "Whether fastai's own `Learner.fit` is running for `learn` in this thread"
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code is Learner.fit.__code__ and f.f_locals.get('self') is learn: return True
-        f = f.f_back
-    return False
-
-def extend_learner(learn:Learner # A learner about to use this library
-                  )->Learner:
-    "`learn`, running `ExtendedLearner`'s methods from now on"
-    if isinstance(learn, ExtendedLearner): return learn
-    learn.__class__ = extended_class(type(learn))
-    if _stock_fit_running(learn): learn.in_fit,learn.fit_calls,learn.fit_counted = True,learn.fit_calls+1,True
-    return learn
-
-class ExtendingCallback(Callback):
-    "A callback of this library: the learner it is added to runs `ExtendedLearner`'s methods from then on"
-    def __setattr__(self, name, value):
-        if name == 'learn': # fastai's `add_cb` (a learner) and `remove_cb` (None)
-            old = vars(self).get('learn')
-            if value is not None: extend_learner(value)
-            # the end of a stock fit this callback was added to
-            elif old is not None and vars(old).pop('fit_counted', False): old.in_fit = False
-        super().__setattr__(name, value)
-
-# %% ../nbs/01_patching.ipynb #f02bc96c
-_changes = {} # (fastai class or module, name) -> (replacement, when it runs)
-
-def note_change(target, # The fastai class or module whose callable is replaced
-                name:str, # The callable's name
-                f, # What runs instead
-                when:str # When it runs instead of fastai's
-               ):
-    "Note that `f` replaces fastai's `target.name` when `when` says, for the table of what the library changes"
-    _changes[(target, name)] = (f, when)
-    return f
-
-def global_patch(cls:type, # A fastai class
-                 why:str # Why every learner runs the replacement, not only those that asked
-                ):
-    "Decorator: replace `cls`'s method of the same name for everyone (fastai's stays as `fastai_method`), noted with `why`"
-    def _inner(f):
-        fastai_method(cls, f.__name__)
-        f.__qualname__ = f'{cls.__name__}.{f.__name__}'
-        setattr(cls, f.__name__, f)
-        return note_change(cls, f.__name__, f, f'every learner: {why}')
-    return _inner
-
-# %% ../nbs/01_patching.ipynb #898c8518
-def _qual(o): return getattr(o, '__qualname__', getattr(o, '__name__', str(o)))
-
-def _home(f):
-    "The module of this library that defines `f` (a function, a property's getter), or None"
-    f = getattr(f, 'fget', getattr(f, '__func__', f))
-    m = getattr(f, '__module__', None) or ''
-    return m if m.split('.')[0] == __name__.split('.')[0] else None
-
-def _additions():
-    "The names this library gave fastai's classes, not replacing anything of fastai's"
-    res = []
-    for mod in [m for n,m in list(sys.modules.items()) if n.split('.')[0] == 'fastai']:
-        for c in [c for c in vars(mod).values() if isinstance(c, type) and c.__module__ == mod.__name__]:
-            for k,v in vars(c).items():
-                if (c, k) in _changes or k.startswith('_fastai_') or _home(v) is None: continue
-                res.append((f'{c.__module__}.{c.__qualname__}', k, _home(v), 'added: a name fastai lacks'))
-    return res
-
-def fastai_changes()->list:
-    "What this library changes in fastai, from the code: `(target, name, module, when)` a row"
-    res = [(f'{t.__module__}.{_qual(t)}' if isinstance(t, type) else t.__name__, n, _home(f), when)
-           for (t,n),(f,when) in _changes.items()]
-    res += [('fastai.learner.Learner', k, _home(v), 'a learner that asked (`extend_learner`)')
-            for k,v in vars(ExtendedLearner).items() if _home(v) is not None and not k.startswith(('_pre_', '__doc'))]
-    return sorted(set(res)) + sorted(_additions())
-
-# %% ../nbs/01_patching.ipynb #23dc10db
-_event_methods = {} # (fastai callback class, event) -> what an accelerated learner's event runs instead
-
-def accelerated_event(cls:type, # A fastai callback class
-                      why:str # What the replacement does differently
-                     ):
-    "Decorator: the method an accelerated learner's events run instead of `cls`'s own of the same name"
-    def _inner(f):
-        _event_methods[(cls, f.__name__)] = f
-        return note_change(cls, f.__name__, f, f"an accelerated learner's events: {why}")
-    return _inner
-
-def event_method(cb, # A callback
-                 name:str # An event
-                ):
-    "What an accelerated learner's event `name` runs on `cb` instead of its method, if anything (else None)"
-    for (cls,n),f in _event_methods.items():
-        if n == name and isinstance(cb, cls) and getattr(type(cb), name, None) is vars(cls).get(name): return f
 
 # %% ../nbs/01_patching.ipynb #6c786e08
 def accelerate_state(key:str, # A field of Accelerate's shared state, e.g. 'num_processes', '_mixed_precision'

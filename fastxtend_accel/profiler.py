@@ -8,7 +8,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 from fastai.basics import *
 from fastai.callback.progress import ProgressCallback
-from .patching import ExtendingCallback
+from .extension import ExtendingCallback
 from .loop import training_fit
 from .core import * # `Learner.in_fit`
 

@@ -8,7 +8,7 @@ import math
 import torch
 from torch.utils.data import get_worker_info
 from fastai.basics import *
-from .patching import extend_learner
+from .extension import extend_learner
 from . import loop # `Learner.start_from`
 from .data import ShardedDL
 from .rng import *
@@ -48,7 +48,8 @@ class Resumption:
         verified:bool=False # Whether every process verified `ckpt` already (`Learner.verify_state`)
     ):
         "Step 1, at `before_fit`: load weights, optimizer, scaler, callbacks' fields; start at the checkpoint's epoch"
-        self.learn,self.ckpt,self.undo,self.pending = extend_learner(learn),ckpt,[],True # a resumed learner runs the loop's fit
+        # a resumed learner runs the loop's fit
+        self.learn,self.ckpt,self.undo,self.pending = extend_learner(learn),ckpt,[],True
         # where the fit stood, its random states and its `Recorder`
         self.p = learn.load_state(ckpt, with_rng=False, verify=not verified)
         learn.start_from(epoch=self.p['epoch'])

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from fastai.basics import *
 from .data import ShardedDL, is_lm_loader
-import fastxtend_accel.evaluation # declares `AvgSmoothLoss.own`, this process's own smoothing
+from .evaluation import own_smoothing
 from .xla import xla_rng_state, set_xla_rng_state
 
 # %% auto #0
@@ -55,11 +55,10 @@ def rng_state(learn # A `Learner`
     "This process's random states, its training loader's, a language model's stream state, and its own smoothed loss"
     np_st = np.random.get_state()
     dl = train_loader(learn)
-    sm = getattr(getattr(learn, 'recorder', None), 'smooth_loss', None)
     return dict(python=random.getstate(), numpy=(np_st[0], torch.from_numpy(np_st[1].astype(np.int64)), *np_st[2:]),
                 torch=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                 dl=dl.rng.getstate() if hasattr(dl, 'rng') else None, stream=_stream_state(learn),
-                own_smooth=sm.own if sm else None, xla=xla_rng_state() if _on_xla(learn) else None)
+                own_smooth=own_smoothing(learn), xla=xla_rng_state() if _on_xla(learn) else None)
 
 def set_rng_state(learn, # The `Learner` whose training loader gets its generator back
                   st # Random states, as `rng_state` gives them

@@ -10,8 +10,9 @@ from fastai.basics import *
 from fastai.callback.schedule import ParamScheduler
 from accelerate.utils import LoggerType
 from accelerate import utils as accelerate_utils
-from .patching import ExtendingCallback
+from .extension import ExtendingCallback
 from .loop import training_fit
+from .evaluation import unsynced_losses
 from .core import * # `Learner.accelerate`, `Learner.in_fit`, `Learner.is_main_process`
 from .fields import checkpoint_fields
 from .resume import global_bs
@@ -125,7 +126,7 @@ def _log(self:TrackersCallback, values:dict, step:int):
 def _send_losses(self:TrackersCallback):
     "Send every `every`-th smooth loss, with its learning rate, that the `Recorder` holds for good and is not sent yet"
     r = self.learn.recorder
-    final = len(r.losses) - r.smooth_loss.n_own # the others: this process's own, until the next mean over processes
+    final = len(r.losses) - unsynced_losses(self.learn) # the others: this process's own, until the next mean
     for i in range(self.sent - self.fit_start, final):
         step = self.fit_start+i+1
         if step % self.every == 0: self._log(dict(smooth_loss=r.losses[i], lr=r.lrs[i]), step)
@@ -135,7 +136,8 @@ def _send_losses(self:TrackersCallback):
 def after_batch(self:TrackersCallback):
     if self.evaluating or not self.training: return
     r = self.learn.recorder # below: nothing set per batch (a fastai callback's attributes are slow to set)
-    if self.main and self.fit_start + len(r.losses) - r.smooth_loss.n_own - self.sent >= self.every: self._send_losses()
+    if not self.main: return
+    if self.fit_start + len(r.losses) - unsynced_losses(self.learn) - self.sent >= self.every: self._send_losses()
 
 @patch
 def after_train(self:TrackersCallback):
@@ -160,7 +162,7 @@ def after_fit(self:TrackersCallback):
 # %% ../nbs/16c_trackers.ipynb #fd4ab841
 def add_trackers(learn:Learner # A learner `accelerate(log_with=...)` just accelerated
                 ):
-    "Give `learn` a `TrackersCallback` where its `Accelerator` has trackers and it has none of its own (`learn.trackers`)"
+    "Give `learn` a `TrackersCallback` where its `Accelerator` has trackers and it has none (`learn.trackers`)"
     if learn.accelerator.accelerator.log_with and not isinstance(getattr(learn, 'trackers', None), Callback):
         learn.add_cb(TrackersCallback())
     return learn

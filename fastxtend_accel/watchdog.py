@@ -7,7 +7,7 @@ from __future__ import annotations
 import faulthandler, os, signal, sys, threading, time
 from fastcore.basics import store_attr
 from fastai.callback.core import Callback
-from .patching import ExtendingCallback
+from .extension import ExtendingCallback
 from .core import * # `Learner.in_fit`, which tells a fit from an evaluation, and is reset when a fit raises
 from .requeue import descendants, _signal
 

@@ -3,7 +3,8 @@ import importlib, sys
 import pytest
 import torch
 from torch import nn
-from fastxtend_accel.patching import compiled_graphs, ExtendedLearner
+from fastxtend_accel.patching import compiled_graphs
+from fastxtend_accel.extension import ExtendedLearner
 from fastai.basics import Learner, Callback, params, set_seed
 from fastxtend_accel.test_utils import synth_learner_digits, Chatty, BlockNet, torchrun_cmd, run_cmd, run_ranks
 from fastxtend_accel.core import AcceleratorCallback

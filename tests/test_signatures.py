@@ -82,7 +82,7 @@ def _kept_patches(key, stock):
 
 def _instead(stock):
     "What runs instead of fastai's once a learner asked: `ExtendedLearner`'s methods and those `note_change` noted"
-    from fastxtend_accel.patching import ExtendedLearner, _changes
+    from fastxtend_accel.extension import ExtendedLearner, _changes
     res = []
     for a,f in vars(ExtendedLearner).items():
         f = getattr(f, '__func__', f)
@@ -116,7 +116,7 @@ def test_signature_kept(key, stock, f):
 
 def test_changes_table():
     "Every fastai callable replaced for everyone is a `global_patch` of the table, with why; the table's rows are real"
-    from fastxtend_accel.patching import fastai_changes, ExtendedLearner
+    from fastxtend_accel.extension import fastai_changes, ExtendedLearner
     rows = fastai_changes()
     every = {f"{t.rpartition('.')[0]}:{t.rpartition('.')[2]}.{n}" for t,n,m,when in rows if when.startswith('every learner: ')}
     assert set(_global) == every == {'fastai.optimizer:Optimizer.step'}, (sorted(_global), sorted(every))
@@ -162,7 +162,7 @@ def test_plain_fit_runs_fastai_code(tmp_path):
     import fastxtend_accel
     from torch.utils.data import TensorDataset, DataLoader as TorchDL
     from fastai.basics import DataLoaders, Learner, CrossEntropyLossFlat, accuracy
-    from fastxtend_accel.patching import fastai_changes, ExtendedLearner
+    from fastxtend_accel.extension import fastai_changes, ExtendedLearner
     from fastxtend_accel.test_utils import (datablock_learner, synth_tabular_learner, synth_text_learner, digits_tensors,
                                             tiny_mlp)
     x,y = digits_tensors(256)
@@ -195,7 +195,7 @@ import importlib, json, sys, tempfile
 for m in sys.argv[1].split(','): importlib.import_module(f'fastxtend_accel.{m}')
 import fastxtend_accel.all
 from fastai.basics import *
-from fastxtend_accel.patching import fastai_changes
+from fastxtend_accel.extension import fastai_changes
 from fastxtend_accel.loop import learner_file_hooks
 from fastxtend_accel.test_utils import synth_learner_digits
 set_seed(0)
