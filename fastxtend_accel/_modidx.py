@@ -563,6 +563,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                           'fastxtend_accel/loop.py'),
                                       'fastxtend_accel.loop._hooked': ('loop.html#_hooked', 'fastxtend_accel/loop.py'),
                                       'fastxtend_accel.loop._own_loop': ('loop.html#_own_loop', 'fastxtend_accel/loop.py'),
+                                      'fastxtend_accel.loop._plain_loss': ('loop.html#_plain_loss', 'fastxtend_accel/loop.py'),
                                       'fastxtend_accel.loop.learner_file_hook': ('loop.html#learner_file_hook', 'fastxtend_accel/loop.py'),
                                       'fastxtend_accel.loop.learner_file_hooks': ( 'loop.html#learner_file_hooks',
                                                                                    'fastxtend_accel/loop.py'),

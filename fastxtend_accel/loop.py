@@ -7,6 +7,7 @@ from __future__ import annotations
 import cloudpickle
 from contextlib import contextmanager, ExitStack, nullcontext
 from fastai.basics import *
+from .patching import plain_tensors
 from .extension import ExtendedLearner
 from .collectives import *
 from .data import to_device, torch_fetcher, torch_batches
@@ -80,6 +81,11 @@ def _step(self:ExtendedLearner):
     self.accelerator.step()
 
 # %% ../nbs/05a_loop.ipynb #485d31dc
+def _plain_loss(loss_func):
+    "Whether `loss_func` is fastai's `BaseLoss` (`CrossEntropyLossFlat`...) over one of torch's losses"
+    return (isinstance(loss_func, BaseLoss) and type(loss_func).__call__ is BaseLoss.__call__
+            and type(loss_func.func).__module__.startswith('torch.nn.'))
+
 # the methods whose work the fused `one_batch` below does itself: fastai's, or those of an extended learner's events
 _loop_names = ('_do_one_batch', '_do_grad_opt', '_with_events', '_call_one', '__call__')
 _loop = tuple(vars(ExtendedLearner).get(n) or vars(Learner)[n] for n in _loop_names)
@@ -106,7 +112,10 @@ def one_batch(self:ExtendedLearner, i, b):
         self.pred = self.model(*self.xb)
         call_event(self, 'after_pred')
         if len(self.yb):
-            self.loss_grad = self.loss_func(self.pred, *self.yb)
+            # fastai's flattened losses wrap their inputs in `TensorBase`: each op a Python `__torch_function__` (489
+            # calls a step, backward included); the same kernels on plain tensors give the same values
+            with plain_tensors() if _plain_loss(self.loss_func) else nullcontext():
+                self.loss_grad = self.loss_func(self.pred, *self.yb)
             self.loss = self.loss_grad.clone()
         call_event(self, 'after_loss')
         if self.training and len(self.yb):
