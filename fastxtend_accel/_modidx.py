@@ -398,6 +398,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                             'fastxtend_accel/extension.py'),
                                            'fastxtend_accel.extension.ExtendingCallback.__setattr__': ( 'extension.html#extendingcallback.__setattr__',
                                                                                                         'fastxtend_accel/extension.py'),
+                                           'fastxtend_accel.extension.ExtendingCallback.__setstate__': ( 'extension.html#extendingcallback.__setstate__',
+                                                                                                         'fastxtend_accel/extension.py'),
                                            'fastxtend_accel.extension.__getattr__': ( 'extension.html#__getattr__',
                                                                                       'fastxtend_accel/extension.py'),
                                            'fastxtend_accel.extension._additions': ( 'extension.html#_additions',

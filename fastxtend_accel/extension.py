@@ -76,6 +76,11 @@ class ExtendingCallback(Callback):
             elif old is not None and vars(old).pop('fit_counted', False): old.in_fit = False
         super().__setattr__(name, value)
 
+    def __setstate__(self, state):
+        "Unpickled (`load_learner`: an export holds the learner's plain class): its learner asked"
+        super().__setstate__(state)
+        if self.learn is not None: extend_learner(self.learn)
+
 # %% ../nbs/01a_extension.ipynb #f02bc96c
 _changes = {} # (fastai class or module, name) -> (replacement, when it runs)
 
