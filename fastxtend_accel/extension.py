@@ -5,7 +5,6 @@
 # %% ../nbs/01a_extension.ipynb #2fa6eaec
 from __future__ import annotations
 import sys, importlib
-from fastcore.basics import patch_to
 from fastai.learner import Learner
 from fastai.callback.core import Callback
 from .patching import fastai_method
