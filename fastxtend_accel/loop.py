@@ -137,11 +137,12 @@ def to_detach(self:ExtendedLearner, b, cpu=True, gather=True):
     return Learner.to_detach(self, b, cpu, gather)
 
 # %% ../nbs/05a_loop.ipynb #d620c29e
-_file_hooks = {} # `module.name` -> a function (learn, op, kwargs): a context around fastai's `save`, `export`, `load`
+_file_hooks = {} # a hook's name -> a function (learn, op, kwargs): a context around fastai's `save`, `export`, `load`
 
 def learner_file_hook(f):
     "Decorator: `f(learn, op, kwargs)` is a context entered around an extended learner's `save`/`export`/`load` (`op`)"
-    _file_hooks[f'{f.__module__}.{f.__qualname__}'] = f
+    # by its name alone: a module imported again, or its notebook run, replaces its hook rather than adding one
+    _file_hooks[f.__qualname__] = f
     return f
 
 def learner_file_hooks()->list:
