@@ -157,15 +157,12 @@ def test_without_tracker_packages():
     res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert "No package for the tracker(s) ['tensorboard', 'wandb']: `pip install tensorboard wandb`" in res.stdout, res.stderr
 
-def test_trackers_module_needed(tmp_path):
-    "Trackers asked for with only `fastxtend_accel.core` imported: a warning says which import sends them the fit; with it, none"
-    def run(*imports):
-        code = '\n'.join(['import warnings; warnings.simplefilter("always")', *imports,
-                          'from fastxtend_accel.test_utils import synth_learner_digits',
-                          f'synth_learner_digits(n=64).accelerate(log_with="tensorboard", project_dir={str(tmp_path)!r})'])
-        return subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
-    warned = "the fit's values reach them once `fastxtend_accel.trackers` is imported"
-    res = run('from fastxtend_accel.core import *')
-    assert res.returncode == 0 and warned in res.stderr, res.stderr[-2000:]
-    res = run('from fastxtend_accel.core import *', 'from fastxtend_accel.trackers import *')
-    assert res.returncode == 0 and warned not in res.stderr, res.stderr[-2000:]
+def test_trackers_come_with_core(tmp_path):
+    "Trackers asked for with only `fastxtend_accel.core` imported: their module comes with them, with no warning"
+    code = '\n'.join(['import warnings; warnings.simplefilter("always")', 'from fastxtend_accel.core import *',
+                      'from fastxtend_accel.test_utils import synth_learner_digits',
+                      f'learn = synth_learner_digits(n=64).accelerate(log_with="tensorboard", project_dir={str(tmp_path)!r})',
+                      'print(type(learn.trackers).__module__)'])
+    res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.split() == ['fastxtend_accel.trackers'], res.stderr[-2000:]
+    assert 'fastxtend_accel.trackers' not in res.stderr, res.stderr[-2000:] # no warning names the module to import
