@@ -15,10 +15,16 @@ def _gone(slurm, job_id, timeout=10):
     while (left := slurm.procs_of(job_id)) and time.monotonic()-t0 < timeout: time.sleep(0.1)
     return left
 
+def _started(slurm, j, timeout=10):
+    "Wait until job `j`'s first run has written its first line (a job RUNNING may not have started its script yet)"
+    t0 = time.monotonic()
+    while 'start 0' not in slurm.output(j) and time.monotonic()-t0 < timeout: time.sleep(0.1)
+
 def test_cluster_requeues(slurm):
     "`scontrol requeue` kills the job and runs it again, appending to its output"
     j = slurm.sbatch(SLEEPER)
     slurm.wait(j)
+    _started(slurm, j) # requeued before its first line, the output would start with SLURM's notice
     slurm.requeue(j)
     slurm.wait_restart(j, 1, timeout=30) # ~5 s to kill the first run, ~7 s more before it starts again
     t0 = time.monotonic()
@@ -32,6 +38,7 @@ def test_cluster_preempts(slurm):
     "A job in the `high` partition that needs the node's CPUs requeues the one running in `low`"
     low = slurm.sbatch(SLEEPER, f'--cpus-per-task={slurm.cpus}')
     slurm.wait(low)
+    _started(slurm, low)
     high = slurm.sbatch('#!/bin/bash\nsleep 1\n', '--partition=high', f'--cpus-per-task={slurm.cpus}')
     slurm.wait(high, 'COMPLETED', timeout=30) # ~5 s to kill the low job first
     slurm.wait_restart(low, 1, timeout=30)
