@@ -10,7 +10,7 @@ from torch import nn
 from fastai.basics import *
 from accelerate.utils import FullyShardedDataParallelPlugin
 from fastxtend_accel.core import *
-from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import local_bytes
 
 p = argparse.ArgumentParser()
@@ -50,7 +50,7 @@ def accelerated(mode):
     if mode == 'ddp': return learn.accelerate(mixed_precision='no')
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
     if cuda: return learn.accelerate(fsdp_plugin=plugin, mixed_precision='no')
-    with _forced_cpu_fsdp(): return learn.accelerate(fsdp_plugin=plugin, mixed_precision='no')
+    return learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=plugin, mixed_precision='no'))
 
 times,peaks,gpu = {'ddp': [], 'fsdp': []},{},{}
 for _ in range(args.repeats):

@@ -12,10 +12,12 @@ from torch import nn
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, InitProcessGroupKwargs, PrecisionType
 from .patching import accelerate_state, reset_accelerate_state
-from .fsdp import build_accelerator
+from accelerate.utils import DistributedType
+from .fsdp import is_fsdp2, check_fsdp2_torch
 
 # %% auto #0
-__all__ = ['init_attempt_group', 'restart_counts', 'make_accelerator', 'local_main_first', 'check_cpu_bf16']
+__all__ = ['init_attempt_group', 'restart_counts', 'check_accelerator', 'build_accelerator', 'make_accelerator',
+           'local_main_first', 'check_cpu_bf16']
 
 # %% ../nbs/07_accelerator.ipynb #ab7ab5f0
 def init_attempt_group(timeout=None # The process group's timeout (a `timedelta`); torch's default if None
@@ -41,6 +43,80 @@ def restart_counts()->dict:
     env = dict(torchrun='TORCHELASTIC_RESTART_COUNT', SLURM='SLURM_RESTART_COUNT')
     return {k: int(os.environ.get(v) or 0) for k,v in env.items()}
 
+# %% ../nbs/07_accelerator.ipynb #d9fab001
+def _env_flag(name): return os.environ.get(name, 'false').lower() == 'true' # how Accelerate reads its launch flags
+
+_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's optimizer "
+                  "and needs "
+    "`transformers`. To shard parameters, gradients and optimizer state across processes (as ZeRO-3 does), use FSDP2: "
+    "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate launch --use_fsdp "
+    "--fsdp_version 2`, "
+    "or choose FSDP (version 2) instead of DeepSpeed in `accelerate config`.")
+
+def _refuse_deepspeed(kwargs):
+    if kwargs.get('deepspeed_plugin') is not None or kwargs.get('deepspeed_plugins') is not None:
+        raise ValueError(_deepspeed_msg)
+    if _env_flag('ACCELERATE_USE_DEEPSPEED'):
+        raise ValueError(_deepspeed_msg + " (ACCELERATE_USE_DEEPSPEED=true is set, by `accelerate launch "
+                                          "--use_deepspeed` or your `accelerate config`: unset it.)")
+
+def _fsdp_requested(kwargs):
+    "Whether `Accelerator(**kwargs)` is asked for FSDP, by an argument or by `accelerate launch`/`accelerate config`"
+    return kwargs.get('fsdp_plugin') is not None or _env_flag('ACCELERATE_USE_FSDP')
+
+_v1_msg = ("fastxtend_accel supports FSDP version 2 only, and Accelerate's `FullyShardedDataParallelPlugin` defaults "
+           "to version 1: "
+           "pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, or set "
+           "`fsdp_version: 2` in `accelerate config`.")
+
+def _check_version(kwargs):
+    "Refuse a request for FSDP version 1 (the plugin's, else the launcher's `FSDP_VERSION`, whose default is 1)"
+    plugin = kwargs.get('fsdp_plugin')
+    version = plugin.fsdp_version if plugin is not None else int(os.environ.get('FSDP_VERSION', 1))
+    if version != 2: raise ValueError(_v1_msg)
+
+# %% ../nbs/07_accelerator.ipynb #746a85b6
+def _fsdp_error(acc):
+    "Why `acc` does not run FSDP2, and what to do, or None when it does"
+    if is_fsdp2(acc): return None
+    if acc.distributed_type == DistributedType.FSDP: return _v1_msg
+    if acc.num_processes == 1:
+        return ("FSDP was requested, but this is a single process: FSDP shards a model across several processes. "
+                "Launch several "
+                "(`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the FSDP request to "
+                "train on one.")
+    return (f"FSDP was requested, but Accelerate set up {acc.distributed_type.value} on {acc.device.type}: Accelerate "
+            "runs FSDP only on GPUs "
+            "(and other accelerator devices), and on CPU processes it trains plain, unsharded DDP without a warning. "
+            "Run on GPUs, "
+            "or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, ACCELERATE_USE_FSDP, or FSDP in "
+            "`accelerate config`) to train with DDP.")
+
+def check_accelerator(acc:Accelerator # A ready accelerator, passed to `Learner.accelerate`
+                     ):
+    "Raise unless fastxtend_accel trains with `acc`: no DeepSpeed, FSDP version 2 only, no DDP where FSDP was asked for"
+    if acc.distributed_type == DistributedType.DEEPSPEED: raise ValueError(_deepspeed_msg)
+    # Accelerate sets ACCELERATE_USE_FSDP when given a plugin, also where it then falls back to DDP
+    if acc.distributed_type == DistributedType.FSDP or _env_flag('ACCELERATE_USE_FSDP'):
+        msg = _fsdp_error(acc)
+        if msg: raise ValueError(msg)
+
+# %% ../nbs/07_accelerator.ipynb #15eee702
+def build_accelerator(**kwargs # Passed to `Accelerator`
+                     )->Accelerator:
+    "`Accelerator(**kwargs)`, refusing DeepSpeed, and FSDP asked for (argument, launcher, config) that isn't FSDP2"
+    _refuse_deepspeed(kwargs)
+    fsdp = _fsdp_requested(kwargs)
+    if fsdp: check_fsdp2_torch(); _check_version(kwargs)
+    if fsdp or accelerate_state('distributed_type') == DistributedType.FSDP: reset_accelerate_state(partial=True)
+    env = os.environ.get('ACCELERATE_USE_FSDP')
+    try: acc = Accelerator(**kwargs)
+    finally:
+        if env is None: os.environ.pop('ACCELERATE_USE_FSDP', None)
+        else: os.environ['ACCELERATE_USE_FSDP'] = env
+    if fsdp and (msg := _fsdp_error(acc)): raise ValueError(msg)
+    return acc
+
 # %% ../nbs/07_accelerator.ipynb #0a92f7dd
 def _check_n_acc(n):
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -53,6 +129,14 @@ def _has_accelerator_hardware():
 def _cpu_processes():
     "Whether this launch runs several processes without accelerator hardware (gloo on CPU)"
     return int(os.environ.get('WORLD_SIZE', 1)) > 1 and not _has_accelerator_hardware()
+
+def _finish_forked_launch(acc, cpu_procs):
+    "What `notebook_launcher` and `debug_launcher` leave undone in the processes they fork"
+    if cpu_procs: torch.set_num_threads(1) # a forked process inheriting torch's CPU thread pool hangs in it
+    # fastai's own guards (`rank_distrib`: TensorBoard, W&B, `rank0_first`) read `RANK`, which `debug_launcher` leaves
+    # unset (every other launcher, Accelerate's MPI path included, sets it)
+    if acc.num_processes > 1 and os.environ.get('RANK') != str(acc.process_index):
+        os.environ['RANK'] = str(acc.process_index)
 
 def make_accelerator(**kwargs)->Accelerator:
     "An `Accelerator` from `kwargs`, using gloo on CPU when launched on several processes without accelerator hardware"
@@ -77,11 +161,7 @@ def make_accelerator(**kwargs)->Accelerator:
     if accelerate_state('_mixed_precision', str(mp)) != str(mp): reset_accelerate_state()
     # `Accelerator(**kwargs)`, refusing DeepSpeed, and FSDP that would silently not shard
     acc = build_accelerator(**kwargs)
-    if cpu_procs and forked: torch.set_num_threads(1)
-    # fastai's own guards (`rank_distrib`: TensorBoard, W&B, `rank0_first`) read `RANK`, which `debug_launcher` leaves
-    # unset
-    if acc.num_processes > 1 and os.environ.get('RANK') != str(acc.process_index):
-        os.environ['RANK'] = str(acc.process_index)
+    if forked: _finish_forked_launch(acc, cpu_procs)
     return acc
 
 # %% ../nbs/07_accelerator.ipynb #cca22ffa

@@ -1,5 +1,6 @@
 "Everything in fastxtend_accel, for `from fastxtend_accel.all import *` (each module's own names, in the book's order)"
 from .core import *
+from .accelerator import *
 from .fsdp import *
 from .fsdp_values import *
 from .xla import *

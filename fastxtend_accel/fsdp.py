@@ -22,9 +22,8 @@ from .patching import (kept, accelerate_state, set_accelerate_state, reset_accel
                                       set_module_tensor)
 
 # %% auto #0
-__all__ = ['is_fsdp2', 'fsdp2_plugin', 'check_accelerator', 'build_accelerator', 'is_sharded', 'reshard', 'meta_copy',
-           'meta_skeleton', 'shard_like', 'shard_state', 'opt_states', 'move_opt', 'opt_params', 'place_state',
-           'prepare_fsdp', 'forward_refused']
+__all__ = ['check_fsdp2_torch', 'is_fsdp2', 'fsdp2_plugin', 'is_sharded', 'reshard', 'meta_copy', 'meta_skeleton', 'shard_like',
+           'shard_state', 'opt_states', 'move_opt', 'opt_params', 'place_state', 'prepare_fsdp', 'forward_refused']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
 # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
@@ -35,37 +34,12 @@ if _has_fsdp2:
     from torch.distributed.tensor import DTensor, distribute_tensor
 else: FSDPModule = DTensor = type('_Missing', (), {}) # nothing is ever an instance
 
-# %% ../nbs/06_fsdp.ipynb #d9fab001
-def _env_flag(name): return os.environ.get(name, 'false').lower() == 'true' # how Accelerate reads its launch flags
-
-_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's optimizer "
-                  "and needs "
-    "`transformers`. To shard parameters, gradients and optimizer state across processes (as ZeRO-3 does), use FSDP2: "
-    "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate launch --use_fsdp "
-    "--fsdp_version 2`, "
-    "or choose FSDP (version 2) instead of DeepSpeed in `accelerate config`.")
-
-def _refuse_deepspeed(kwargs):
-    if kwargs.get('deepspeed_plugin') is not None or kwargs.get('deepspeed_plugins') is not None:
-        raise ValueError(_deepspeed_msg)
-    if _env_flag('ACCELERATE_USE_DEEPSPEED'):
-        raise ValueError(_deepspeed_msg + " (ACCELERATE_USE_DEEPSPEED=true is set, by `accelerate launch "
-                                          "--use_deepspeed` or your `accelerate config`: unset it.)")
-
-def _fsdp_requested(kwargs):
-    "Whether `Accelerator(**kwargs)` is asked for FSDP, by an argument or by `accelerate launch`/`accelerate config`"
-    return kwargs.get('fsdp_plugin') is not None or _env_flag('ACCELERATE_USE_FSDP')
-
-_v1_msg = ("fastxtend_accel supports FSDP version 2 only, and Accelerate's `FullyShardedDataParallelPlugin` defaults "
-           "to version 1: "
-           "pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, or set "
-           "`fsdp_version: 2` in `accelerate config`.")
-
-def _check_version(kwargs):
-    "Refuse a request for FSDP version 1 (the plugin's, else the launcher's `FSDP_VERSION`, whose default is 1)"
-    plugin = kwargs.get('fsdp_plugin')
-    version = plugin.fsdp_version if plugin is not None else int(os.environ.get('FSDP_VERSION', 1))
-    if version != 2: raise ValueError(_v1_msg)
+# %% ../nbs/06_fsdp.ipynb #90dca103
+def check_fsdp2_torch():
+    "Raise, naming what to install, unless this torch has FSDP2 (`fully_shard`)"
+    if not _has_fsdp2:
+        raise ImportError(f"FSDP2 needs torch>={_min_torch} (found {torch.__version__}): "
+                          f"`pip install -U 'torch>={_min_torch}'`")
 
 # %% ../nbs/06_fsdp.ipynb #002fa0f0
 def is_fsdp2(acc:Accelerator # Any accelerator
@@ -77,71 +51,6 @@ def fsdp2_plugin(acc:Accelerator # Any accelerator
                )->FullyShardedDataParallelPlugin|None:
     "The FSDP2 plugin `acc` shards with, None if it doesn't"
     return acc.state.fsdp_plugin if is_fsdp2(acc) else None
-
-# %% ../nbs/06_fsdp.ipynb #746a85b6
-def _fsdp_error(acc):
-    "Why `acc` does not run FSDP2, and what to do, or None when it does"
-    if is_fsdp2(acc): return None
-    if acc.distributed_type == DistributedType.FSDP: return _v1_msg
-    if acc.num_processes == 1:
-        return ("FSDP was requested, but this is a single process: FSDP shards a model across several processes. "
-                "Launch several "
-                "(`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the FSDP request to "
-                "train on one.")
-    return (f"FSDP was requested, but Accelerate set up {acc.distributed_type.value} on {acc.device.type}: Accelerate "
-            "runs FSDP only on GPUs "
-            "(and other accelerator devices), and on CPU processes it trains plain, unsharded DDP without a warning. "
-            "Run on GPUs, "
-            "or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, ACCELERATE_USE_FSDP, or FSDP in "
-            "`accelerate config`) to train with DDP.")
-
-def check_accelerator(acc:Accelerator # A ready accelerator, passed to `Learner.accelerate`
-                     ):
-    "Raise unless fastxtend_accel trains with `acc`: no DeepSpeed, FSDP version 2 only, no DDP where FSDP was asked for"
-    if acc.distributed_type == DistributedType.DEEPSPEED: raise ValueError(_deepspeed_msg)
-    # Accelerate sets ACCELERATE_USE_FSDP when given a plugin, also where it then falls back to DDP
-    if acc.distributed_type == DistributedType.FSDP or _env_flag('ACCELERATE_USE_FSDP'):
-        msg = _fsdp_error(acc)
-        if msg: raise ValueError(msg)
-
-# %% ../nbs/06_fsdp.ipynb #66d6210a
-_force_cpu_fsdp = False # set by `_forced_cpu_fsdp` only
-
-@contextmanager
-def _forced_cpu_fsdp():
-    "TESTS ONLY: inside, FSDP asked for on CPU processes runs Accelerate's FSDP2 path, not its silent DDP fallback"
-    global _force_cpu_fsdp
-    prev,_force_cpu_fsdp = _force_cpu_fsdp,True
-    try: yield
-    finally: _force_cpu_fsdp = prev
-
-def _force_fsdp(acc, plugin):
-    "TESTS ONLY: what Accelerate's state does for FSDP on GPUs, done on CPU processes"
-    plugin = plugin or FullyShardedDataParallelPlugin() # as Accelerate builds it from the environment
-    # both shared states, since a new `AcceleratorState` copies `PartialState`'s
-    set_accelerate_state('distributed_type', DistributedType.FSDP, partial=True)
-    acc.state.distributed_type,acc.state.fsdp_plugin = DistributedType.FSDP,plugin
-    if acc.mixed_precision != 'no': plugin.set_mixed_precision(acc.mixed_precision)
-
-# %% ../nbs/06_fsdp.ipynb #15eee702
-def build_accelerator(**kwargs # Passed to `Accelerator`
-                     )->Accelerator:
-    "`Accelerator(**kwargs)`, refusing DeepSpeed, and FSDP asked for (argument, launcher, config) that isn't FSDP2"
-    _refuse_deepspeed(kwargs)
-    fsdp = _fsdp_requested(kwargs)
-    if fsdp and not _has_fsdp2: raise ImportError(f"FSDP2 needs torch>={_min_torch} (found {torch.__version__}): `pip "
-                                                  f"install -U 'torch>={_min_torch}'`")
-    if fsdp: _check_version(kwargs)
-    if fsdp or accelerate_state('distributed_type') == DistributedType.FSDP: reset_accelerate_state(partial=True)
-    env = os.environ.get('ACCELERATE_USE_FSDP')
-    try: acc = Accelerator(**kwargs)
-    finally:
-        if env is None: os.environ.pop('ACCELERATE_USE_FSDP', None)
-        else: os.environ['ACCELERATE_USE_FSDP'] = env
-    if fsdp and _force_cpu_fsdp and acc.distributed_type == DistributedType.MULTI_CPU:
-        _force_fsdp(acc, kwargs.get('fsdp_plugin'))
-    if fsdp and (msg := _fsdp_error(acc)): raise ValueError(msg)
-    return acc
 
 # %% ../nbs/06_fsdp.ipynb #07a5e5e5
 def is_sharded(model:nn.Module # Any module

@@ -1,6 +1,6 @@
 """FSDP2 through `learn.accelerate(fsdp_plugin=...)` and `accelerate launch --use_fsdp --fsdp_version 2` on 2 real CPU processes,
 against DDP on the same data and weights: one launch runs every scenario (tests/scripts/fsdp_scenarios.py). On CPU, Accelerate's FSDP2
-path is forced with the test-only `fastxtend_accel.fsdp._forced_cpu_fsdp`; on GPUs it would not be needed."""
+path is set up by the test-only `fastxtend_accel.cpu_fsdp.cpu_fsdp_accelerator`; on GPUs it would not be needed."""
 import pytest, torch
 from torch import nn, Tensor
 from fastai.learner import load_learner

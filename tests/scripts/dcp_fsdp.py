@@ -7,7 +7,7 @@ from torch.distributed.tensor import DTensor
 from accelerate.utils import FullyShardedDataParallelPlugin
 from fastai.basics import *
 from fastxtend_accel.core import *
-from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import gathered
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
@@ -21,7 +21,7 @@ args = p.parse_args()
 out = Path(args.out)
 
 learn = synth_learner_digits(n=768, bs=36, hidden=50)
-with _forced_cpu_fsdp(): learn.accelerate(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))
+learn.accelerate(cpu_fsdp_accelerator(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)))
 ckpt = args.ckpt or out/'ckpt'
 resumed_from = latest_checkpoint(ckpt)
 with learn.no_bar(), learn.no_logging():

@@ -9,7 +9,7 @@ from accelerate.utils import FullyShardedDataParallelPlugin
 from torch.distributed.tensor import DTensor
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import *
-from fastxtend_accel.fsdp import _forced_cpu_fsdp
+from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import local_bytes
 from fastxtend_accel.patching import compiled_graphs
 from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner
@@ -25,7 +25,7 @@ def accelerate(learn, mode, mixed_precision='no', **kwargs):
     "`learn.accelerate(...)` with DDP, or with an FSDP2 plugin (Accelerate's FSDP2 path forced on CPU, for this test only)"
     kwargs['mixed_precision'] = mixed_precision # explicit: without it, a learner keeps the precision of the last `Accelerator`
     if mode == 'ddp': return learn.accelerate(**kwargs)
-    with _forced_cpu_fsdp(): return learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs)
+    return learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs))
 
 def full(t): return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
 def params(learn): return [full(p) for p in learn.model.parameters()]
@@ -50,7 +50,7 @@ class SyncSpy(Callback):
 
 # 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
 if launched:
-    with _forced_cpu_fsdp(): learn = synth_regression_learner().accelerate(mixed_precision='no')
+    learn = synth_regression_learner().accelerate(cpu_fsdp_accelerator(mixed_precision='no'))
     learn.fit(2, 1e-2)
     res['launch'] = dict(params=params(learn), shards=shards(learn), env={k: launched.get(k) for k in ('ACCELERATE_USE_FSDP', 'FSDP_VERSION')})
     for k in launched: del os.environ[k] # the rest asks for FSDP2 explicitly, or not at all
@@ -168,7 +168,7 @@ for mode in ('ddp', 'fsdp'):
 # 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
 if want('env'):
     os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
-    with _forced_cpu_fsdp(): learn = synth_regression_learner().accelerate()
+    learn = synth_regression_learner().accelerate(cpu_fsdp_accelerator())
     del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
     learn.fit(2, 1e-2)
     res['env'] = dict(params=params(learn), shards=shards(learn))
@@ -182,7 +182,7 @@ if want('errors'):
     os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
     res['errors']['env'] = err(lambda: synth_regression_learner().accelerate())
     os.environ['FSDP_VERSION'] = '1'
-    with _forced_cpu_fsdp(): res['errors']['v1'] = err(lambda: synth_regression_learner().accelerate())
+    res['errors']['v1'] = err(lambda: synth_regression_learner().accelerate()) # refused before anything is built
     del os.environ['ACCELERATE_USE_FSDP'], os.environ['FSDP_VERSION']
     learn = synth_regression_learner().accelerate() # and DDP again afterwards
     learn.fit(1, 1e-2)
