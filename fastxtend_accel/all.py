@@ -16,3 +16,4 @@ from .checkpoint import *
 from .monitors import *
 from .trackers import *
 from .profiler import *
+from .ema import *

@@ -270,8 +270,10 @@ def before_step(self:AcceleratorCallback):
 @patch
 def step(self:AcceleratorCallback):
     "Step the optimizer, through Accelerate's `AcceleratedOptimizer` where it has work to do"
-    if self.plain_step: opt_method(self.learn.opt, 'step')()
-    else: self.acc_opt.step()
+    if self.plain_step: return opt_method(self.learn.opt, 'step')()
+    self.acc_opt.step()
+    # the fp16 scaler found inf/NaN gradients and skipped the step: cancelled, as fastai's `MixedPrecision` cancels it
+    if self.acc_opt.step_was_skipped: raise CancelStepException()
 
 # %% ../nbs/08_callback.ipynb #6c226895
 @patch

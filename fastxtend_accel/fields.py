@@ -8,8 +8,9 @@ from fastai.basics import *
 from fastai.callback.tracker import TrackerCallback, EarlyStoppingCallback, SaveModelCallback, ReduceLROnPlateau
 
 # %% auto #0
-__all__ = ['checkpoint_fields', 'obj_state', 'set_obj_state', 'callback_states', 'restore_callbacks', 'recorder_state',
-           'restore_recorder', 'model_desc', 'check_model']
+__all__ = ['checkpoint_fields', 'obj_state', 'set_obj_state', 'callback_states', 'restore_callbacks', 'tensor_callbacks',
+           'callback_tensors', 'restore_callback_tensors', 'recorder_state', 'restore_recorder', 'model_desc',
+           'check_model']
 
 # %% ../nbs/12_fields.ipynb #776162a1
 checkpoint_fields = {TrackerCallback: ('best',), EarlyStoppingCallback: ('wait',), ReduceLROnPlateau: ('wait',),
@@ -31,14 +32,16 @@ def set_obj_state(o, # A callback, metric, or any object
     "Set the attributes of `o` to the values of `st`"
     for k,v in st.items(): setattr(o, k, v)
 
-def _cb_keys(cbs):
-    "Each callback of `cbs` with `checkpoint_fields`, by its name and, for repeats, its rank among its namesakes"
+def _keyed(cbs, has):
+    "Each callback of `cbs` for which `has(cb)`, by its name and, for repeats, its rank among its namesakes"
     res = {}
     for cb in cbs:
-        if not _fields(cb): continue
+        if not has(cb): continue
         n = sum(k.partition('#')[0] == cb.name for k in res)
         res[f'{cb.name}#{n}' if n else cb.name] = cb
     return res
+
+def _cb_keys(cbs): return _keyed(cbs, _fields)
 
 def callback_states(learn:Learner)->dict:
     "The `checkpoint_fields` of `learn`'s callbacks, by `_cb_keys`"
@@ -54,6 +57,26 @@ def restore_callbacks(learn:Learner, # The learner whose callbacks get their fie
     gone = [k for k in states if k not in cbs]
     if gone: warn(f"The checkpoint holds the state of callbacks this learner lacks: {gone}. Add them back to continue "
                   "them exactly")
+
+# %% ../nbs/12_fields.ipynb #b363a375
+def _keeps_tensors(cb): return callable(getattr(cb, 'state_tensors', None))
+
+def tensor_callbacks(learn:Learner)->dict:
+    "`learn`'s callbacks that keep tensors in checkpoints (a `state_tensors` method), by name; namesakes by rank"
+    return _keyed(learn.cbs, _keeps_tensors)
+
+def callback_tensors(learn:Learner,
+                     templates:bool=False # Tensors laid out as a checkpoint is read into them, instead of the tensors
+                    )->dict:
+    "The tensors `learn`'s callbacks keep in checkpoints, `{'callback.tensor': t}`, from their `state_tensors`"
+    return {f'{k}.{n}': t for k,cb in tensor_callbacks(learn).items() for n,t in cb.state_tensors(templates).items()}
+
+def restore_callback_tensors(learn:Learner,
+                             tensors:dict # What a checkpoint held of `callback_tensors(learn)`, by the same names
+                            ):
+    "Give each of `learn`'s tensor-keeping callbacks, by `load_state_tensors`, its own of `tensors` (`{}`: none)"
+    for k,cb in tensor_callbacks(learn).items():
+        cb.load_state_tensors({n[len(k)+1:]: t for n,t in tensors.items() if n.startswith(k+'.')})
 
 # %% ../nbs/12_fields.ipynb #a473531a
 def recorder_state(learn:Learner)->dict:

@@ -87,6 +87,7 @@ def _save_state(self:Learner, path, tmp, position, async_save):
     fs = ChecksumFS(StoreFS(str(tmp)), later=True) if store else ChecksumFS()
     write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state', save=fs.save)
     tensors = dict(model=get_model(self.model).state_dict())
+    if cbs := callback_tensors(self): tensors['cbs'] = cbs # callbacks' own: a moving average of the weights...
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
     tensors = {k: {n: host(t) for n,t in d.items()} for k,d in tensors.items()} # a model on XLA: CPU copies
     if self.is_main_process:
@@ -150,7 +151,11 @@ def load_state(self:Learner,
     model = get_model(self.model)
     # read into new tensors: a checkpoint that fails to read leaves the learner as it was
     tensors = dict(model={k: empty_like(v) for k,v in model.state_dict().items()})
-    if state['opt'] is not None: tensors['opt'] = opt_tensors(self.opt, dcp_metadata(path), state['opt_devices'])
+    md = dcp_metadata(path)
+    if state['opt'] is not None: tensors['opt'] = opt_tensors(self.opt, md, state['opt_devices'])
+    # callbacks' own tensors, those the checkpoint has (one written before a callback was added has none of its)
+    cbs = {k: empty_like(t) for k,t in callback_tensors(self, templates=True).items() if f'cbs.{k}' in md}
+    if cbs: tensors['cbs'] = cbs
     dcp_load(tensors, path, **dcp_kwargs())
     model_sd,opt_sd = tensors['model'],join_tensors(state['opt'], '', tensors.get('opt', {}))
     model.load_state_dict(model_sd)
@@ -164,6 +169,7 @@ def load_state(self:Learner,
     same_world = state['world_size'] == _world(self)
     self.recorder.smooth_loss.resume_own(rng.get('own_smooth') if same_world else None) # else each starts from the mean
     restore_callbacks(self, state['cbs'])
+    restore_callback_tensors(self, tensors.get('cbs', {}))
     if with_rng: set_rng_state(self, rng)
     return dict(state['position'], rng=rng, recorder=state['recorder'], world_size=state['world_size'])
 

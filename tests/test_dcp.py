@@ -9,6 +9,7 @@ from fastai.optimizer import ranger
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, free_port
 from fastxtend_accel.requeue import descendants
+from fastxtend_accel.ema import EMACallback
 from conftest import SCRIPTS
 
 RESUME = SCRIPTS/'dcp_resume.py'
@@ -29,7 +30,7 @@ def close(params, ref, tol=1e-6):
 def reference():
     "The fit dcp_resume.py runs, uninterrupted, in this process"
     learn = _one_process_fit(64)
-    return [p.detach() for p in learn.model.parameters()], learn.recorder.values
+    return [p.detach() for p in learn.model.parameters()], learn.recorder.values, list(learn.ema.avg.values())
 
 def _two_nodes(out, *args):
     "dcp_resume.py under `torchrun --nnodes 2 --nproc_per_node 1`: two launches meeting at a c10d rendezvous on localhost; their outputs"
@@ -53,8 +54,8 @@ def test_two_nodes_then_other_process_counts(tmp_path, reference):
     ck = tmp_path/'ckpt'/'ckpt-e0000-b000009-f000'
     assert latest_checkpoint(tmp_path/'ckpt') == ck and sorted(p.name for p in ck.iterdir()) == DCP_FILES
     assert not list((tmp_path/'ckpt').glob('.tmp-*')) # the asynchronous write was finished, and put in place, at the end of the fit
-    # each process wrote its file, and the replicated DDP state (weights, Adam's two averages) is in them once
-    one_copy,sizes = 3*4*sum(p.numel() for p in reference[0]),[(ck/f'__{r}_0.distcp').stat().st_size for r in range(2)]
+    # each process wrote its file, and the replicated DDP state (weights, Adam's two averages, the weights' EMA) is in them once
+    one_copy,sizes = 4*4*sum(p.numel() for p in reference[0]),[(ck/f'__{r}_0.distcp').stat().st_size for r in range(2)]
     assert min(sizes) > 0 and one_copy <= sum(sizes) < 1.5*one_copy
     out = launch(1, tmp_path, '--tag', 'b', '--stop', '1,6')
     assert 'Resuming from' in out and 'written by 2 process(es), now 1' in out
@@ -66,7 +67,7 @@ def test_two_nodes_then_other_process_counts(tmp_path, reference):
     out = launch(3, tmp_path, '--tag', 'd')
     d = results(tmp_path, 'd', 3)
     assert d[0]['resumed_from'] == 'ckpt-e0001-b000013-f000'
-    for r in d: close(r['params'], reference[0])
+    for r in d: close(r['params'], reference[0]); close(r['ema'], reference[2]) # the average too, and validated
     np.testing.assert_allclose(d[0]['values'], reference[1], atol=1e-6)
 
 def restarted(out, tag, *args):
@@ -87,7 +88,7 @@ def test_torchrun_restart_after_both_processes_killed(tmp_path, reference):
     res = restarted(tmp_path, 'r', '--kill-at', '1,5', '--late-start', 4)
     r = results(tmp_path, 'r', 2)
     if not stuck(res): assert [x['attempt'] for x in r] == [1, 1] and [x['resumed_from'] for x in r] == ['ckpt-e0001-b000004-f000']*2
-    for x in r: close(x['params'], reference[0])
+    for x in r: close(x['params'], reference[0]); close(x['ema'], reference[2])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
 
 @pytest.mark.parametrize('case,args,resumed', [
@@ -109,7 +110,7 @@ def test_torchrun_restart_after_one_process_fails(tmp_path, reference, case, arg
         assert 'resume 1 of this run: it stopped without a checkpoint of its own (killed, or it failed)' in out
         assert 'torchrun restart 1' in out
     assert not list((tmp_path/'ckpt').glob('.tmp-*')) # what the failed write left was removed
-    for x in r: close(x['params'], reference[0])
+    for x in r: close(x['params'], reference[0]); close(x['ema'], reference[2])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
 
 def test_elastic_node_lost_then_back(tmp_path, reference):
@@ -142,7 +143,7 @@ def test_elastic_node_lost_then_back(tmp_path, reference):
     assert 'written by 2 process(es), now 1); resume 1 of this run: it stopped without a checkpoint of its own' in out
     assert 'written by 1 process(es), now 2); resume 2 of this run: it stopped on SIGTERM' in out
     r = results(tmp_path, 'e', 2)
-    for x in r: close(x['params'], reference[0])
+    for x in r: close(x['params'], reference[0]); close(x['ema'], reference[2])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
 
 def test_async_save_killed_while_writing(tmp_path, reference):
@@ -158,7 +159,7 @@ def test_async_save_killed_while_writing(tmp_path, reference):
     res, = results(tmp_path, 'k2', 1)
     assert res['resumed_from'] == 'ckpt-e0000-b000015-f000'
     assert not list((tmp_path/'ckpt').glob('.tmp-*')) # what the kill left was removed
-    close(res['params'], reference[0], 0)
+    close(res['params'], reference[0], 0); close(res['ema'], reference[2], 0)
     assert res['values'] == reference[1]
 
 def test_resume_with_other_global_batch(tmp_path):
@@ -209,7 +210,7 @@ def _one_process_fit(hidden):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        learn = synth_learner_digits(n=768, bs=36, hidden=hidden)
+        learn = synth_learner_digits(n=768, bs=36, hidden=hidden, cbs=EMACallback(decay=0.9))
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(3, 1e-2)
     finally: torch.set_num_threads(threads)
     return learn
@@ -242,4 +243,6 @@ def test_fsdp2_resume_on_other_process_counts(tmp_path):
         (True, s, s, ck.name) for s in ([17, 17, 4, 4], [17, 17, 4, 4], [16, 16, 2, 2])] # 50 and 10 rows over 3 processes
     ref = _one_process_fit(50)
     close(final['params'], [p.detach() for p in ref.model.parameters()])
+    close(final['ema'], list(ref.ema.avg.values())) # each process averaged its shards; gathered, the one-process average
+    assert [r['ema_local'] for r in d] == [r['local'] for r in d] # sharded as the weights
     np.testing.assert_allclose(d[0]['values'], ref.recorder.values, atol=1e-6)

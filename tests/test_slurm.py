@@ -86,7 +86,7 @@ def _resumed_exactly(slurm, j, out, n, reference):
     r = results(out, 's', n)
     assert 'resume 1 of this run: it stopped on SIGTERM (SLURM restart 1)' in log, log[-3000:]
     assert log.count('epoch     train_loss') == 2 # both runs' output, appended
-    for x in r: close(x['params'], reference[0])
+    for x in r: close(x['params'], reference[0]); close(x['ema'], reference[2])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
     assert not _gone(slurm, j)
     return log
@@ -124,6 +124,6 @@ def test_requeued_at_time_limit(slurm, tmp_path, reference):
     log,n = slurm.output(j),int(info['Restarts'])
     assert log.count(f'fastxtend-requeue: stopped on SIGUSR1; SLURM job {j} requeued') == n, log[-3000:]
     r = results(tmp_path, 's', 1)
-    close(r[0]['params'], reference[0])
+    close(r[0]['params'], reference[0]); close(r[0]['ema'], reference[2])
     np.testing.assert_allclose(r[0]['values'], reference[1], atol=1e-6)
     assert not _gone(slurm, j)

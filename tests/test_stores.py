@@ -34,7 +34,7 @@ def s3():
 def reference():
     "The fit dcp_resume.py runs, uninterrupted, in this process"
     learn = _one_process_fit(64)
-    return [p.detach() for p in learn.model.parameters()], learn.recorder.values
+    return [p.detach() for p in learn.model.parameters()], learn.recorder.values, list(learn.ema.avg.values())
 
 def progress(out, tag): return tuple(map(int, (out/f'progress-{tag}').read_text().split()))
 
@@ -56,7 +56,7 @@ def test_sigterm_on_two_processes_then_a_fresh_machine(s3, tmp_path_factory, ref
     assert f'Resuming from {ck}' in out and 'written by 2 process(es), now 1' in out
     res = results(b, 'b', 1)[0]
     assert res['resumed_from'] == ck.name
-    close(res['params'], reference[0])
+    close(res['params'], reference[0]); close(res['ema'], reference[2])
     np.testing.assert_allclose(res['values'], reference[1], atol=1e-6)
     assert sorted(os.listdir(b)) == ['b-rank0.pt', 'history-b.csv', 'models', 'prepared-b-node0', 'progress-b'] # nothing local
 
@@ -77,7 +77,7 @@ def test_sigkill_mid_upload_then_two_processes_elsewhere(s3, tmp_path_factory, r
     launch(2, b, '--ckpt', url, '--tag', 'b')
     res = results(b, 'b', 2)
     assert [r['resumed_from'] for r in res] == [ck.name]*2
-    for r in res: close(r['params'], reference[0])
+    for r in res: close(r['params'], reference[0]); close(r['ema'], reference[2])
     np.testing.assert_allclose(res[0]['values'], reference[1], atol=1e-6)
     assert not _leftovers(url) # the held one written whole by the resumed run, or pruned
 

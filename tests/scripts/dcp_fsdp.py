@@ -10,6 +10,7 @@ from fastxtend_accel.core import *
 from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import gathered
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
+from fastxtend_accel.ema import EMACallback
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
@@ -20,7 +21,7 @@ p.add_argument('--ckpt', default=None, help="where the checkpoints go (OUT/ckpt 
 args = p.parse_args()
 out = Path(args.out)
 
-learn = synth_learner_digits(n=768, bs=36, hidden=50)
+learn = synth_learner_digits(n=768, bs=36, hidden=50, cbs=EMACallback(decay=0.9))
 learn.accelerate(cpu_fsdp_accelerator(split_batches=True, fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2)))
 ckpt = args.ckpt or out/'ckpt'
 resumed_from = latest_checkpoint(ckpt)
@@ -31,10 +32,11 @@ params = list(learn.model.parameters())
 local = lambda t: t.to_local().shape[0] if isinstance(t, DTensor) else None
 res = dict(dtensor=all(isinstance(p, DTensor) for p in params), local=[local(p) for p in params],
            opt_local=[local(learn.opt.state[p]['grad_avg']) for p in params], resumed_from=resumed_from and resumed_from.name,
-           values=learn.recorder.values)
+           values=learn.recorder.values, ema_local=[local(t) for t in learn.ema.avg.values()])
+ema = [t.full_tensor() for t in learn.ema.avg.values()] # gathered: on every process
 with gathered(learn, with_opt=True): # every process enters; the main process gets the full tensors
     if learn.is_main_process:
-        torch.save(dict(params=[p.detach().clone() for p in learn.model.parameters()],
+        torch.save(dict(params=[p.detach().clone() for p in learn.model.parameters()], ema=ema,
                         opt=[{k: v.clone() for k,v in learn.opt.state[p].items() if isinstance(v, Tensor)} for p,*_ in learn.opt.all_params()]),
                    out/f'{args.tag}-full.pt')
 torch.save(res, out/f'{args.tag}-rank{rank}.pt')

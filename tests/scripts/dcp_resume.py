@@ -1,6 +1,6 @@
 """A 3-epoch one-cycle fit on the digits (no dropout) with `split_batches=True`, so the global batches are the same on any number
 of processes. Checkpoints every 3 steps into OUT/ckpt or --ckpt (through torch.distributed.checkpoint) and resumes from there; each process
-writes OUT/TAG-rankR.pt. Per-node preparation under `local_main_first` writes OUT/prepared-TAG-nodeN."""
+writes OUT/TAG-rankR.pt. The weights are averaged (`EMACallback`, validated with the average). Per-node preparation under `local_main_first` writes OUT/prepared-TAG-nodeN."""
 import argparse, os, signal, time, torch
 from datetime import timedelta
 from accelerate.utils import InitProcessGroupKwargs
@@ -11,6 +11,7 @@ from fastxtend_accel.core import *
 from fastxtend_accel.accelerator import local_main_first
 from fastxtend_accel.checkpoint import CheckpointCallback
 from fastxtend_accel.watchdog import WatchdogCallback
+from fastxtend_accel.ema import EMACallback
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt
 
 p = argparse.ArgumentParser()
@@ -66,7 +67,7 @@ class Marker(Callback):
             if args.fail == 'raise': raise RuntimeError('this process failed')
             os.kill(os.getpid(), signal.SIGKILL if args.fail == 'kill' else signal.SIGSTOP)
 
-learn = synth_learner_digits(n=768, bs=36, path=out, cbs=CSVLogger(fname=f'history-{args.tag}.csv'))
+learn = synth_learner_digits(n=768, bs=36, path=out, cbs=[CSVLogger(fname=f'history-{args.tag}.csv'), EMACallback(decay=0.9)])
 timeout = [InitProcessGroupKwargs(timeout=timedelta(seconds=args.pg_timeout))] if args.pg_timeout else []
 learn.accelerate(split_batches=True, kwargs_handlers=timeout)
 acc = learn.accelerator
@@ -75,7 +76,7 @@ cb = CheckpointCallback(args.ckpt or out/'ckpt', every_steps=3, every_epochs=Non
 watch = [WatchdogCallback(args.watchdog)] if args.watchdog else []
 learn.fit_one_cycle(3, 1e-2, cbs=[cb, Marker(), *stop, *watch])
 learn.save(f'final-{args.tag}') # a single-file save: the global main process alone writes it
-torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values,
+torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values, ema=list(learn.ema.avg.values()),
                 resumed_from=cb.resumed_from and cb.resumed_from.name, world=acc.num_processes, rank=acc.process_index,
                 local_rank=acc.local_process_index, env_rank=int(os.environ.get('RANK', 0)), env_local_rank=int(os.environ.get('LOCAL_RANK', 0)),
                 node=int(node), is_main=learn.is_main_process, is_local_main=acc.is_local_main_process, prepared_first=first,
