@@ -99,6 +99,24 @@ def test_compilations_bounded(tmp_path):
     quiet(learn, lambda l: l.fit(2, 1e-2, cbs=cb))
     assert cb.per_epoch == [2, 0] # the ragged batch costs the compilation of its forward and of its metric
 
+def test_weight_average(tmp_path):
+    """`EMACallback` on XLA: the average kept on the device and updated in each step's graph, validated with it: the
+    CPU's average, to rounding; a decay warmed up at every step (a graph input, as a schedule's values) compiles nothing"""
+    from fastxtend_accel.ema import EMACallback, EMAWarmupCallback
+    c,x,_,_ = both(tmp_path, lambda l: l.fit(2, 1e-2), n=512, hidden=24, cbs=EMACallback(decay=0.9),
+                   cpu_kw=dict(cbs=EMACallback(decay=0.9)))
+    close(c, x) # the validation losses and accuracies, of the average
+    assert {t.device.type for t in x.ema.avg.values()} == {'xla'}
+    assert maxdiff(c.ema.avg.values(), x.ema.avg.values()) <= TOL
+    with x.ema.swapped(): assert maxdiff(x.model.parameters(), c.ema.avg.values()) <= TOL # the model is back on the CPU
+    per_fit = []
+    for warm in (dict(start_decay=0.5, final_decay=0.9), dict(start_decay=0.7, final_decay=0.95, finish=0.8)):
+        learn,cb = digits({}, tmp_path, n=512, hidden=24, cbs=EMAWarmupCallback(**warm)),Compilations()
+        quiet(learn, lambda l: l.fit(2, 1e-2, cbs=cb))
+        per_fit.append(cb.per_epoch)
+    # the first warm-up compiles its step's graphs once (2 here); other decays, at every step, reuse them
+    assert sum(per_fit[0]) <= 4 and per_fit[1] == [0, 0]
+
 def test_eval_before_and_after_a_failed_fit(tmp_path):
     class Boom(Callback):
         def after_batch(self):
