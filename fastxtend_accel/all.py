@@ -17,3 +17,4 @@ from .monitors import *
 from .trackers import *
 from .profiler import *
 from .ema import *
+from .guard import *

@@ -28,6 +28,17 @@ def test_ddp_matches_single_process(scenarios):
     assert r0['plain']['items'][0] == list(range(16)) and r1['plain']['items'][0] == list(range(16, 32))
     assert r0['plain']['losses'] == pytest.approx(single['plain']['losses'], abs=1e-4) # smooth loss: mean over processes
 
+def test_non_finite_loss_on_one_process_skipped_everywhere(scenarios):
+    "Item 50 gives an infinite loss on process 1 alone: both processes skip global batch 1's step, as a run that cancels it"
+    single,(r0,r1),_ = scenarios
+    for r in (single, r0, r1):
+        g = r['guard']
+        assert [(s['epoch'], s['batches']) for s in g['skipped']] == [(0, [1])] and 50 in g['skipped'][0]['items'][0]
+        for a,b in zip(g['params'], g['cancelled']): assert torch.equal(a, b)
+        assert all(p.isfinite().all() for p in g['params'])
+    assert g['skipped'][0]['items'][0] == list(range(32, 64)) # the global batch, named the same on every process
+    assert _maxdiff(r0['guard']['params'], single['guard']['params']) < 1e-5
+
 def test_batches_kept_in_place(scenarios):
     "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"
     single,(r0,r1),_ = scenarios

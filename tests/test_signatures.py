@@ -208,7 +208,7 @@ print(json.dumps(dict(changes=fastai_changes(), hooks=learner_file_hooks(), valu
 def test_import_order_changes_nothing():
     "Modules imported in any order, in fresh processes: the same changes to fastai, file hooks and fit"
     from fastxtend_accel.test_utils import run_cmd
-    orders = ['core', 'trackers,checkpoint,compiler', 'compiler,fsdp_values,resume,core', 'monitors,profiler,watchdog,ema,loop',
+    orders = ['core', 'trackers,checkpoint,compiler', 'compiler,fsdp_values,resume,core', 'monitors,profiler,watchdog,ema,guard,loop',
               'checkpoint,data,events,callback']
     res = [json.loads(run_cmd([sys.executable, '-c', _ORDER, o]).stdout.splitlines()[-1]) for o in orders]
     assert all(r == res[0] for r in res[1:]), [o for o,r in zip(orders, res) if r != res[0]]

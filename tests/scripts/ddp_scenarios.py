@@ -157,4 +157,21 @@ for every in (False, True):
     res[f'smooth_every_{every}'] = dict(seen=spy.seen, calls=spy.calls, losses=[float(l) for l in learn.recorder.losses],
                                         train_loss=[v[0] for v in learn.recorder.values], smooth=float(learn.smooth_loss))
 
+# 9. a non-finite loss on one process: every process skips that step, as a run that cancels it everywhere
+from fastxtend_accel.guard import NonFiniteGuardCallback
+class Poison(Callback):
+    "Item 50 (global batch 1, on process 1 of 2) gives an infinite loss; or cancel batch 1's step everywhere"
+    order = NonFiniteGuardCallback.order-1
+    def __init__(self, cancel=False): self.cancel = cancel
+    def after_loss(self):
+        if not self.cancel and self.training and self.epoch == 0 and 50 in self.xb[0][:,0].long().tolist():
+            self.learn.loss_grad = self.loss_grad*float('inf')
+    def before_step(self):
+        if self.cancel and self.epoch == 0 and self.iter == 1: raise CancelStepException()
+guarded,guard = regression_learner().accelerate(),NonFiniteGuardCallback()
+guarded.fit(2, 1e-3, cbs=[guard, Poison()])
+cancelled = regression_learner().accelerate()
+cancelled.fit(2, 1e-3, cbs=Poison(cancel=True))
+res['guard'] = dict(params=params(guarded), cancelled=params(cancelled), skipped=guard.skipped)
+
 torch.save(res, out/f'rank{rank}.pt')
