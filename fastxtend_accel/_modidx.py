@@ -783,6 +783,7 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                           'fastxtend_accel.profiler.ProfilerCallback.training': ( 'profiler.html#profilercallback.training',
                                                                                                   'fastxtend_accel/profiler.py')},
             'fastxtend_accel.requeue': { 'fastxtend_accel.requeue._ended': ('requeue.html#_ended', 'fastxtend_accel/requeue.py'),
+                                         'fastxtend_accel.requeue._from_slurm': ('requeue.html#_from_slurm', 'fastxtend_accel/requeue.py'),
                                          'fastxtend_accel.requeue._parents': ('requeue.html#_parents', 'fastxtend_accel/requeue.py'),
                                          'fastxtend_accel.requeue._reap': ('requeue.html#_reap', 'fastxtend_accel/requeue.py'),
                                          'fastxtend_accel.requeue._requeue': ('requeue.html#_requeue', 'fastxtend_accel/requeue.py'),

@@ -90,28 +90,44 @@ def _requeue(name):
     print(f"fastxtend-requeue: stopped on {name}; SLURM job {job} requeued", flush=True)
     return 0
 
+def _from_slurm(pid)->bool:
+    "Whether the process `pid` that sent a signal is SLURM's step daemon"
+    try: return Path(f'/proc/{pid}/comm').read_text().strip() == 'slurmstepd'
+    except (OSError, TypeError): return False
+
 def run_requeueable(cmd:list, # The training command and its arguments
                     requeue_on=('USR1',), # Signals on which the job is stopped and requeued
                     grace:float=60 # Seconds left to processes still running once the command ended, before SIGKILL
                    )->int:
     "Run `cmd`; stop it with SIGTERM on SIGTERM, SIGINT or a `requeue_on` signal, and requeue the job on the latter"
     requeue_on,got,proc = [_signum(s) for s in requeue_on],[],None
-    def stop(signum, frame):
+    sigs = {*requeue_on, signal.SIGTERM, signal.SIGINT}
+    def stop(signum, sender=None):
         # one that comes once the command has exited changes nothing: what it ran for is done. Asked of the process
-        # itself: the handler may run inside `proc.wait()`, after the command exited, where `poll` can't tell
+        # itself: `poll` can't tell from inside `wait`
         if proc is not None and _ended(proc.pid): return
         got.append(signum)
-        if proc is not None: proc.send_signal(signal.SIGTERM)
-    before = {s: signal.signal(s, stop) for s in {*requeue_on, signal.SIGTERM, signal.SIGINT}}
+        if signum not in requeue_on and _from_slurm(sender):
+            # scancel, scontrol requeue, preemption, the time limit: SLURM signals every process of the job itself,
+            # and another SIGTERM would reach the command inside its handler for the first (two tracebacks)
+            print(f"fastxtend-requeue: SLURM sent {signal.Signals(signum).name} to every process of the job; the "
+                  "training command stops on it", flush=True)
+        elif proc is not None: proc.send_signal(signal.SIGTERM)
+    # the signals wait, blocked, for `sigtimedwait`, which tells who sent them; the handler takes one that reaches
+    # another thread (its sender unknown)
+    before = {s: signal.signal(s, lambda signum, frame: stop(signum)) for s in sigs}
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         _set_subreaper()
-        proc = subprocess.Popen(cmd)
+        proc = subprocess.Popen(cmd, preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs))
         if got: proc.send_signal(signal.SIGTERM) # a signal came before the command started
-        rc = proc.wait()
+        while proc.poll() is None:
+            if (info := signal.sigtimedwait(sigs, 0.2)) is not None: stop(info.si_signo, info.si_pid)
         why = next((signal.Signals(s) for s in got if s in requeue_on), None)
         end_descendants(grace)
-        return rc if why is None else _requeue(why.name)
+        return proc.returncode if why is None else _requeue(why.name)
     finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
         for s,h in before.items(): signal.signal(s, h)
 
 # %% ../nbs/16d_requeue.ipynb #7e7c297e

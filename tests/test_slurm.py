@@ -96,7 +96,10 @@ def test_requeued_by_scontrol(slurm, tmp_path, reference):
     j = _train(slurm, tmp_path, 2)
     _training(tmp_path)
     slurm.requeue(j)
-    _resumed_exactly(slurm, j, tmp_path, 2, reference)
+    log = _resumed_exactly(slurm, j, tmp_path, 2, reference)
+    # SLURM's SIGTERM reached torchrun alone: said in one line, not as torchrun's chained tracebacks of a second one
+    assert log.count('fastxtend-requeue: SLURM sent SIGTERM to every process of the job') == 1, log[-3000:]
+    assert 'During handling of the above exception' not in log, log[-3000:]
 
 def test_requeued_by_time_limit_signal(slurm, tmp_path, reference):
     """The signal SLURM sends the batch shell before the time limit (`--signal=B:USR1@60`: USR1 to the batch shell alone, sent
@@ -115,6 +118,7 @@ def test_requeued_by_preemption(slurm, tmp_path, reference):
     slurm.wait(high, 'COMPLETED', timeout=60)
     log = _resumed_exactly(slurm, j, tmp_path, 2, reference)
     assert 'DUE TO PREEMPTION' in log
+    assert 'During handling of the above exception' not in log, log[-3000:]
 
 def test_requeued_at_time_limit(slurm, tmp_path, reference):
     """A real time limit: 1 minute, USR1 to the batch shell 59 s before it, which slurmctld (checking every 30 s) sends 1 to 31 s
