@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_checkpoint.ipynb #d1bdbfb5
 from __future__ import annotations
-import re, signal, threading
+import re, signal, threading, time
 from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
@@ -58,6 +58,7 @@ class CheckpointCallback(ExtendingCallback):
         path:str|Path='checkpoints', # Folder for the checkpoints, or a store's URL (`s3://bucket/run`)
         every_steps:int|None=None, # Checkpoint every this many optimizer steps
         every_epochs:int|None=1, # Checkpoint at the end of every this many epochs
+        every_minutes:float|None=None, # Checkpoint after the first step once this many minutes passed since the last
         keep:int=2, # Number of checkpoints to keep (the newest)
         resume:bool=False, # Continue from the newest checkpoint in `path`, if there is one
         on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
@@ -67,8 +68,12 @@ class CheckpointCallback(ExtendingCallback):
         for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"`{k}` must be a whole number >= 1 or None, got {v!r}")
+        if every_minutes is not None and (isinstance(every_minutes, bool) or not isinstance(every_minutes, (int, float))
+                                          or not every_minutes > 0):
+            raise ValueError(f"`every_minutes` must be a number of minutes > 0 or None, got {every_minutes!r}")
         if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
-        store_attr('every_steps,every_epochs,keep,resume,on_signal,async_save')
+        store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save')
+        self.clock = time.monotonic # seconds, for `every_minutes` (a test can make one process's run fast)
         self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
         # how many times the run was resumed, and what stopped it last ('SIGTERM', ...; None: killed, or it failed)
@@ -78,7 +83,7 @@ class CheckpointCallback(ExtendingCallback):
 # %% ../nbs/16_checkpoint.ipynb #e1e0f648
 @patch
 def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False, stop=None):
-    learn,g = self.learn,global_bs(self.learn)
+    learn,g,self.last_time = self.learn,global_bs(self.learn),self.clock()
     pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
                order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps,
                resumes=self.resumes, stop=stop)
@@ -119,10 +124,11 @@ def after_batch(self:CheckpointCallback):
     stepped = learn.accelerator is None or learn.accelerator.sync
     if not stepped: return
     self.steps += 1
-    stop = int(self.signalled) # the signal's number
-    if self.on_signal and is_distributed(learn):
-        stop = int(learn.reduce(torch.tensor(float(stop), device=learn.accelerator.device), 'max'))
-    if stop or (self.every_steps and self.steps % self.every_steps == 0):
+    stop,due = int(self.signalled),bool(self.every_minutes and self.clock() - self.last_time >= 60*self.every_minutes)
+    if (self.on_signal or self.every_minutes) and is_distributed(learn): # agreed: the signal, a clock that says it's time
+        stop,due = map(int, learn.reduce(torch.tensor([stop, due], dtype=torch.float, device=learn.accelerator.device),
+                                         'max').tolist())
+    if stop or due or (self.every_steps and self.steps % self.every_steps == 0):
         self._checkpoint(learn.epoch, learn.iter + 1, wait=bool(stop), stop=signal.Signals(stop).name if stop else None)
     if stop: self._pruned(); self._remove_handlers(); raise SystemExit(0)
 
@@ -191,7 +197,7 @@ def before_fit(self:CheckpointCallback):
     learn = self.learn
     if not training_fit(learn) or hasattr(learn, 'gather_preds'): self.run = False; return
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
-    self.fit_token,self.nested,self.steps,self.epoch_order = learn.fit_calls,0,0,None
+    self.fit_token,self.nested,self.steps,self.epoch_order,self.last_time = learn.fit_calls,0,0,None,self.clock()
     self._check_loader()
     check_store(self.path) # credentials and bucket, before training
     self._install_handlers()

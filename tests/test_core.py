@@ -39,6 +39,12 @@ def test_non_finite_loss_on_one_process_skipped_everywhere(scenarios):
     assert g['skipped'][0]['items'][0] == list(range(32, 64)) # the global batch, named the same on every process
     assert _maxdiff(r0['guard']['params'], single['guard']['params']) < 1e-5
 
+def test_timed_checkpoints_agreed_across_processes(scenarios):
+    "`every_minutes=2`, process 1's clock 100 s a step, process 0's 1 s: both checkpoint together, when process 1's says so"
+    single,(r0,r1),_ = scenarios
+    assert r0['timed'] == r1['timed'] == [f'ckpt-e0000-b00000{i}-f000' for i in (2, 4, 6)]
+    assert single['timed'] == [] # one process, whose clock says 12 s in all
+
 def test_batches_kept_in_place(scenarios):
     "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"
     single,(r0,r1),_ = scenarios

@@ -174,4 +174,16 @@ cancelled = regression_learner().accelerate()
 cancelled.fit(2, 1e-3, cbs=Poison(cancel=True))
 res['guard'] = dict(params=params(guarded), cancelled=params(cancelled), skipped=guard.skipped)
 
+# 10. timed checkpoints where the processes' clocks differ: process 1's says 100 s pass a step, process 0's 1 s
+import tempfile
+from fastxtend_accel.checkpoint import CheckpointCallback
+learn = regression_learner().accelerate()
+with tempfile.TemporaryDirectory() as d:
+    d = learn.broadcast(d) # the main process's folder
+    ck = CheckpointCallback(d, every_epochs=None, every_minutes=2, keep=10)
+    ck.clock = lambda: (100 if rank == 1 else 1)*learn.train_iter
+    learn.fit(1, 1e-3, cbs=ck)
+    res['timed'] = sorted(p.name for p in Path(d).glob('ckpt-*'))
+    learn.barrier()
+
 torch.save(res, out/f'rank{rank}.pt')
