@@ -22,8 +22,10 @@ the min-max beside it.
 Runners (`--runners`; `peer_runners.py` writes them): `torch` (DDP on 2 processes), `accelerate`, stock `fastai`
 (1 process only: fastai 2.8.12's `DistributedDL` calls `.cuda()`), fastxtend_accel's accelerated `Learner` over four
 kinds of fastai loaders (`accel`: `DataLoaders.from_dsets`, `accel-datasets`: `Datasets`, `accel-datablock`:
-`DataBlock`, `accel-torchdl`: torch `DataLoader`s in `DataLoaders`), Lightning's `trainer` and `fabric`. Stock fastai
-over the other loaders (`fastai-datasets`, `fastai-datablock`, `fastai-torchdl`) runs when named. fastxtend_accel is
+`DataBlock`, `accel-torchdl`: torch `DataLoader`s in `DataLoaders`), the same over `from_dsets` with the loss and metric
+fastai users write (`accel-idiom`: `CrossEntropyLossFlat()`, `accuracy`), Lightning's `trainer` and `fabric`. Stock
+fastai over the other loaders (`fastai-datasets`, `fastai-datablock`, `fastai-torchdl`) and with fastai's loss
+(`fastai-idiom`) runs when named. fastxtend_accel is
 imported from where Python finds it: set `PYTHONPATH` to time another copy (the header says which one ran).
 
 Lightning is a benchmark-only dependency, never installed in `.venv`: its runners run with `--lightning-python` (or
@@ -49,9 +51,11 @@ RUNNERS = {'torch': 'torch loop', 'accelerate': 'Accelerate loop', 'fastai': 'fa
            'fastai-torchdl': 'fastai Learner, torch DataLoader', 'accel': 'fastxtend_accel Learner, from_dsets',
            'accel-datasets': 'fastxtend_accel Learner, Datasets',
            'accel-datablock': 'fastxtend_accel Learner, DataBlock',
-           'accel-torchdl': 'fastxtend_accel Learner, torch DataLoader', 'trainer': 'Lightning Trainer',
+           'accel-torchdl': 'fastxtend_accel Learner, torch DataLoader',
+           'fastai-idiom': 'fastai Learner, from_dsets, fastai loss', 'accel-idiom': 'fastxtend_accel Learner, fastai loss',
+           'trainer': 'Lightning Trainer',
            'fabric': 'Lightning Fabric'}
-DEFAULT = [k for k in RUNNERS if k not in ('fastai-datasets', 'fastai-datablock', 'fastai-torchdl')]
+DEFAULT = [k for k in RUNNERS if k not in ('fastai-datasets', 'fastai-datablock', 'fastai-torchdl', 'fastai-idiom')]
 LIGHTNING = ('trainer', 'fabric')
 ONE_PROCESS = {k: "fastai 2.8.12's DistributedDL calls .cuda(), so stock fastai can't train on several CPU processes"
                for k in RUNNERS if k.startswith('fastai')}
@@ -132,7 +136,7 @@ def runner_fn(key):
                  trainer=pr.lightning_trainer)
     if key in loops: return loops[key]
     kind,_,loader = key.partition('-')
-    return partial(pr.fastai_learner, accelerate=kind == 'accel',
+    return partial(pr.fastai_learner, accelerate=kind == 'accel', idiomatic=loader == 'idiom',
                    loader=dict(datasets='Datasets', datablock='DataBlock', torchdl='torch').get(loader, 'from_dsets'))
 
 def worker(args):
@@ -267,7 +271,8 @@ def calls_table(results, model, keys):
 
 FASTAI_LOADERS = ('accel', 'accel-datasets', 'accel-datablock')
 TARGETS = ([('A', k, 'fabric', 1.10) for k in FASTAI_LOADERS] + [('A', k, 'trainer', 1.00) for k in FASTAI_LOADERS] +
-           [('A', 'accel-torchdl', 'fabric', 1.05)] + [(m, 'accel', 'accelerate', 1.03) for m in ('B', 'C')])
+           [('A', 'accel-torchdl', 'fabric', 1.05)] + [(m, 'accel', 'accelerate', 1.03) for m in ('B', 'C')] +
+           [('A', 'accel-idiom', 'fabric', 1.05)]) # the last: issue 43, fastai's own loss and a metric
 
 def paired(results, n, m, k, ref, c='cpu'):
     "Median over repeats of `k`'s time over `ref`'s in the same repeat (minutes apart, not the whole run's drift)"
@@ -276,8 +281,8 @@ def paired(results, n, m, k, ref, c='cpu'):
     return med([a[c]/a['steps']/(b[c]/b['steps']) for a,b in pairs]) if pairs else float('nan')
 
 def targets(results, procs, models):
-    "Issue 27's targets from the medians of one interleaved run, judged on CPU time (a shared machine's wall wanders)"
-    rows = ['\n| target (issue 27) | processes | wall | CPU | CPU, paired | CPU, fastest | CPU, mean of processes '
+    "Issues 27 and 43's targets from the medians of one interleaved run, judged on CPU time (a shared machine's wall wanders)"
+    rows = ['\n| target (issues 27, 43) | processes | wall | CPU | CPU, paired | CPU, fastest | CPU, mean of processes '
             '| mean of processes, paired | limit | result |', '|' + '---|'*10]
     def clocks(n, m, k):
         ok = [r for r in results.get((n, m, k), []) if 'error' not in r]

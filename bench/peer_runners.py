@@ -4,7 +4,8 @@ Every runner gets the model, the training tensors (and held-out ones, for the fr
 set), the number of warm-up batches and a `clock`. It trains two epochs: epoch 0 is the warm-up, cut after `warmup`
 batches by the framework's own means, and epoch 1, a whole epoch, is timed by `clock` (`with clock(epoch):` around a
 hand-written epoch, `clock.start()`/`clock.stop()` in a framework's epoch events). Batches of 64 per process, shuffled,
-the last partial one dropped, no loader workers; AdamW with torch's defaults; `F.cross_entropy`. Validation is not run.
+the last partial one dropped, no loader workers; AdamW with torch's defaults; `F.cross_entropy`, or for the `-idiom` fastai runners what fastai users write
+(`CrossEntropyLossFlat()`, fastai's default for a classifier, and `metrics=accuracy`). Validation is not run.
 On several processes (started by torchrun) each runner uses its framework's own way of sharding data and syncing
 gradients. Each runner imports its framework itself, so that a process imports only what its runner needs (no
 Lightning beside fastai, no fastxtend_accel beside stock fastai).
@@ -121,9 +122,10 @@ def fastai_dls(loader, x, y, xv, yv):
         return dblock.dataloaders(range(len(xs)), bs=BS, num_workers=0)
     raise ValueError(f"Unknown loader {loader!r}: use one of ['from_dsets', 'torch', 'Datasets', 'DataBlock']")
 
-def fastai_learner(model, x, y, xv, yv, warmup, clock, loader='from_dsets', accelerate=False):
+def fastai_learner(model, x, y, xv, yv, warmup, clock, loader='from_dsets', accelerate=False, idiomatic=False):
     "A fastai `Learner` over `loader`'s `DataLoaders`, with AdamW through `OptimWrapper`; `.accelerate()` if asked"
-    from fastai.basics import Learner, Callback, OptimWrapper, CancelTrainException, CancelValidException
+    from fastai.basics import (Learner, Callback, OptimWrapper, CancelTrainException, CancelValidException,
+                               CrossEntropyLossFlat, accuracy)
     import fastai.callback.progress # the progress bar fastai users see (`fastai.*.all` import it), off below
     if accelerate: import fastxtend_accel.core # patches `Learner`: `learn.accelerate()`
     class Clock(Callback):
@@ -135,7 +137,9 @@ def fastai_learner(model, x, y, xv, yv, warmup, clock, loader='from_dsets', acce
         def after_train(self):
             if self.epoch == 1: clock.stop()
         def before_validate(self): raise CancelValidException()
-    learn = Learner(fastai_dls(loader, x, y, xv, yv), model, loss_func=F.cross_entropy,
+    # idiomatic: fastai's loss for a classifier (its `BaseLoss` wraps the tensors in `TensorBase`) and a metric
+    loss,metrics = (CrossEntropyLossFlat(),accuracy) if idiomatic else (F.cross_entropy,None)
+    learn = Learner(fastai_dls(loader, x, y, xv, yv), model, loss_func=loss, metrics=metrics,
                     opt_func=partial(OptimWrapper, opt=torch.optim.AdamW), lr=1e-3, cbs=Clock())
     if accelerate: learn.accelerate()
     with learn.no_bar(), learn.no_logging(): learn.fit(2)
