@@ -22,6 +22,7 @@ from .stores import *
 from .checksums import manifest_name
 from .state import *
 from .resume import *
+from .fields import checkpoint_fields
 
 # %% auto #0
 __all__ = ['latest_checkpoint', 'CheckpointCallback']
@@ -60,6 +61,9 @@ class CheckpointCallback(ExtendingCallback):
         every_epochs:int|None=1, # Checkpoint at the end of every this many epochs
         every_minutes:float|None=None, # Checkpoint after the first step once this many minutes passed since the last
         keep:int=2, # Number of checkpoints to keep (the newest)
+        monitor:str|None=None, # A `Recorder` column ('valid_loss', 'accuracy'...): also keep the best checkpoints by it
+        keep_best:int=1, # With `monitor`: number of the best epoch-end checkpoints kept beside the newest
+        comp=None, # With `monitor`: `np.less` or `np.greater`; like fastai's trackers, less for a loss or an error
         resume:bool=False, # Continue from the newest checkpoint in `path`, if there is one
         on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
         # Write checkpoints in the background while training goes on (one taken on a signal is written before exiting)
@@ -71,7 +75,13 @@ class CheckpointCallback(ExtendingCallback):
         if every_minutes is not None and (isinstance(every_minutes, bool) or not isinstance(every_minutes, (int, float))
                                           or not every_minutes > 0):
             raise ValueError(f"`every_minutes` must be a number of minutes > 0 or None, got {every_minutes!r}")
-        if not isinstance(keep, int) or keep < 1: raise ValueError(f"`keep` must be a whole number >= 1, got {keep!r}")
+        for k,v in dict(keep=keep, keep_best=keep_best).items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"`{k}` must be a whole number >= 1, got {v!r}")
+        if monitor is not None and every_epochs is None:
+            raise ValueError("`monitor` scores the checkpoints taken at the end of an epoch: give `every_epochs`")
+        if comp is None and monitor is not None: comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
+        self.monitor,self.keep_best,self.comp,self.scores = monitor,keep_best,comp,{} # scores: by checkpoint name
         store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save')
         self.clock = time.monotonic # seconds, for `every_minutes` (a test can make one process's run fast)
         self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
@@ -82,29 +92,41 @@ class CheckpointCallback(ExtendingCallback):
 
 # %% ../nbs/16_checkpoint.ipynb #e1e0f648
 @patch
-def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False, stop=None):
+def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False, stop=None, score=None):
     learn,g,self.last_time = self.learn,global_bs(self.learn),self.clock()
+    name = f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}'
+    if score is not None: self.scores[name] = score # kept in the checkpoint itself, with the callback's fields
     pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
                order=list(self.epoch_order) if batch else None, done=batch*g, global_bs=g, steps=self.steps,
                resumes=self.resumes, stop=stop)
     self._prune(learn.finish_save()) # the previous one
     self._pruned() # no prune of a store runs while a checkpoint is written there
-    learn.save_state(
-        self.path / f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}', pos, async_save=self.async_save and not wait
-    )
+    learn.save_state(self.path/name, pos, async_save=self.async_save and not wait)
     if not self.async_save or wait: self._prune(True)
 
 @patch
 def _prune(self:CheckpointCallback, saved):
-    "Once a checkpoint was `saved` (none in flight): remove all but the `keep` newest, and what a kill left"
+    "Once a checkpoint was `saved` (none in flight): keep the `keep` newest and the `keep_best` best, point at them"
     if not (saved and self.learn.is_main_process): return
     def prune():
         done,left = _scan(self.path)
-        for p in done[: -self.keep] + left: rm_tree(p, first=manifest_name)
+        best = self._best(done)
+        kept = [p for p in done if p in done[-self.keep:] or p in best]
+        for p in [p for p in done if p not in kept] + left: rm_tree(p, first=manifest_name)
+        if best: write_pointer(self.path/'best', best[0]); write_pointer(self.path/'latest', kept[-1])
     if isinstance(self.path, Path): return prune()
     self._pruned()
     self.pruning = threading.Thread(target=prune, name='prune-checkpoints') # a store's requests: off the training loop
     self.pruning.start()
+
+@patch
+def _best(self:CheckpointCallback, ckpts:list)->list:
+    "The `keep_best` best of `ckpts` by their `monitor` scores, best first (the earliest of equals)"
+    if self.monitor is None: return []
+    scored = [p for p in ckpts if p.name in self.scores]
+    return sorted(scored, key=lambda p: self.scores[p.name], reverse=bool(self.comp(1, 0)))[:self.keep_best]
+
+checkpoint_fields[CheckpointCallback] = ('scores',) # a resumed fit knows the scores of the checkpoints before
 
 @patch
 def _pruned(self:CheckpointCallback):
@@ -135,7 +157,10 @@ def after_batch(self:CheckpointCallback):
 @patch
 def after_epoch(self:CheckpointCallback):
     if self.nested: return
-    if self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0: self._checkpoint(self.learn.epoch+1, 0)
+    if not (self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0): return
+    r = self.learn.recorder # its row of this epoch, the values gathered exactly over the processes
+    score = None if self.monitor is None else float(r.values[-1][list(r.metric_names[1:]).index(self.monitor)])
+    self._checkpoint(self.learn.epoch+1, 0, score=score)
 
 # %% ../nbs/16_checkpoint.ipynb #6fe55994
 @patch
@@ -199,6 +224,9 @@ def before_fit(self:CheckpointCallback):
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order,self.last_time = learn.fit_calls,0,0,None,self.clock()
     self._check_loader()
+    names = list(learn.recorder.metric_names[1:-1]) # no `epoch`, no `time`
+    if self.monitor is not None and self.monitor not in names:
+        raise ValueError(f"`monitor={self.monitor!r}` is not a column of this learner's `Recorder`: use one of {names}")
     check_store(self.path) # credentials and bucket, before training
     self._install_handlers()
     self.n_fit += 1

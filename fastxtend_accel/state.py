@@ -21,7 +21,7 @@ from .checksums import *
 from .fsdp import place_state
 
 # %% auto #0
-__all__ = ['checkpoint_to_weights']
+__all__ = ['write_pointer', 'follow_pointer', 'checkpoint_to_weights']
 
 # %% ../nbs/14_state.ipynb #3a17982c
 def _rank(learn): return learn.accelerator.process_index if learn.accelerator else 0
@@ -132,6 +132,23 @@ def verify_state(self:Learner,
     if files is None and self.is_main_process: _tell_unverified(path)
     return files
 
+# %% ../nbs/14_state.ipynb #8ce85304
+def write_pointer(pointer:Path|StorePath, # The pointer file: `checkpoints/best`, `s3://bucket/run/latest`
+                  ckpt:Path|StorePath # The checkpoint folder it names, beside it
+                 ):
+    "Make `pointer` name checkpoint `ckpt`"
+    data = ckpt.name.encode()
+    if isinstance(pointer, StorePath): return pointer.write_bytes(data)
+    tmp = pointer.with_name(f'.{pointer.name}.tmp')
+    tmp.write_bytes(data)
+    os.replace(tmp, pointer)
+
+def follow_pointer(path:str|Path|StorePath # A checkpoint folder, or a pointer to one
+                  )->Path|StorePath:
+    "`path`, or the checkpoint folder it names if it is a pointer"
+    path = as_path(path)
+    return path.parent/path.read_bytes().decode().strip() if path.is_file() else path
+
 # %% ../nbs/14_state.ipynb #a92ab910
 @patch
 def load_state(self:Learner,
@@ -140,7 +157,7 @@ def load_state(self:Learner,
     verify:bool=True # Check its files against its checksums first (`verify_state`)
 )->dict:
     "Restore what `save_state` wrote to `path`, resharded over this run's processes; returns the saved position"
-    path = as_path(path)
+    path = follow_pointer(path)
     if verify: self.verify_state(path)
     state = read_state_file(path/'state.pt')
     check_model(state['model_desc'], self.model, path)
@@ -180,7 +197,7 @@ def checkpoint_to_weights(
     with_opt:bool=True # Include the optimizer state, as `learn.save` does
 )->Path:
     "Write the model (and optimizer) of checkpoint `ckpt` as one file that `learn.load` reads, in any `Learner`"
-    ckpt,fname = as_path(ckpt),as_path(fname)
+    ckpt,fname = follow_pointer(ckpt),as_path(fname)
     if verify_checkpoint(ckpt) is None: _tell_unverified(ckpt)
     state = read_state_file(ckpt/'state.pt')
     md = {k: m for k,m in dcp_metadata(ckpt).items() if hasattr(m, 'size')} # the tensors
