@@ -224,7 +224,7 @@ def before_fit(self:CheckpointCallback):
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order,self.last_time = learn.fit_calls,0,0,None,self.clock()
     self._check_loader()
-    names = list(learn.recorder.metric_names[1:-1]) # no `epoch`, no `time`
+    names = list(learn.recorder.metric_names[1:-1]) if self.monitor is not None else [] # no `epoch`, no `time`
     if self.monitor is not None and self.monitor not in names:
         raise ValueError(f"`monitor={self.monitor!r}` is not a column of this learner's `Recorder`: use one of {names}")
     check_store(self.path) # credentials and bucket, before training
