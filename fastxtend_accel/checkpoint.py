@@ -4,7 +4,7 @@
 
 # %% ../nbs/16_checkpoint.ipynb #d1bdbfb5
 from __future__ import annotations
-import re, signal, threading, time
+import re, signal, sys, threading, time
 from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
@@ -67,7 +67,8 @@ class CheckpointCallback(ExtendingCallback):
         resume:bool=False, # Continue from the newest checkpoint in `path`, if there is one
         on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
         # Write checkpoints in the background while training goes on (one taken on a signal is written before exiting)
-        async_save:bool=False
+        async_save:bool=False,
+        on_exception:bool=False # Checkpoint when the fit raises between optimizer steps (one process), then raise
     ):
         for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -82,7 +83,7 @@ class CheckpointCallback(ExtendingCallback):
             raise ValueError("`monitor` scores the checkpoints taken at the end of an epoch: give `every_epochs`")
         if comp is None and monitor is not None: comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.monitor,self.keep_best,self.comp,self.scores = monitor,keep_best,comp,{} # scores: by checkpoint name
-        store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save')
+        store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save,on_exception')
         self.clock = time.monotonic # seconds, for `every_minutes` (a test can make one process's run fast)
         self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
@@ -290,6 +291,7 @@ def _check_loader(self:CheckpointCallback):
 @patch
 def before_train(self:CheckpointCallback):
     self._quiet_workers()
+    self.done_batch,self.in_step = None,False # where the last optimizer step left this epoch (`on_exception`)
     self.epoch_order,r = None,self.resumption
     if self.nested or r is None or not r.pending: return
     self.epoch_order = r.skip_done() # the whole epoch's order, for the next checkpoints
@@ -299,3 +301,29 @@ def after_train(self:CheckpointCallback):
     if self.nested or self.resumption is None: return
     self.resumption.close()
     self.resumption = None
+
+# %% ../nbs/16_checkpoint.ipynb #9d2d7434
+@patch
+def before_batch(self:CheckpointCallback):
+    if self.training and self.done_batch is None: self.done_batch = self.iter # the epoch's first, resumed or not
+
+@patch
+def before_step(self:CheckpointCallback): self.in_step = True
+
+@patch
+def after_step(self:CheckpointCallback): self.in_step,self.done_batch = False,self.iter+1
+
+@patch
+def after_cancel_step(self:CheckpointCallback): self.in_step = False
+
+@patch
+def after_fit_failed(self:CheckpointCallback, e):
+    "`on_exception`: checkpoint where the last optimizer step left the fit, if it failed between steps in training"
+    learn = self.learn
+    if not self.on_exception or self.nested or not learn.training or self.done_batch is None: return
+    why = ('several processes' if is_distributed(learn) else 'inside an optimizer step' if self.in_step else None)
+    if why: return warn(f"CheckpointCallback: the fit raised {type(e).__name__} {why}: no checkpoint of this failure")
+    if self.epoch_order is None: self.epoch_order = epoch_order(learn.dl)
+    self._checkpoint(learn.epoch, self.done_batch, wait=True, stop=type(e).__name__)
+    print(f"CheckpointCallback: the fit raised {type(e).__name__}; checkpointed after batch {self.done_batch} of "
+          f"epoch {learn.epoch}", file=sys.stderr)

@@ -47,13 +47,22 @@ def starts_at(self:ExtendedLearner)->tuple:
     "Where the next fit starts, as `start_from` set it: `(epoch, batch)`, None for fastai's start"
     return vars(self).get('_start_epoch'),vars(self).get('_start_batch')
 
+_cancels = (CancelFitException, CancelEpochException, CancelTrainException, CancelValidException, CancelBatchException,
+            CancelStepException, CancelBackwardException)
+
 @patch
 def _do_fit(self:ExtendedLearner):
     start = vars(self).pop('_start_epoch', None)
-    if start is None: return Learner._do_fit(self)
-    for epoch in range(start, self.n_epoch):
-        self.epoch = epoch
-        self._with_events(self._do_epoch, 'epoch', CancelEpochException)
+    try:
+        if start is None: return Learner._do_fit(self)
+        for epoch in range(start, self.n_epoch):
+            self.epoch = epoch
+            self._with_events(self._do_epoch, 'epoch', CancelEpochException)
+    except _cancels: raise
+    except Exception as e: # fastai calls no event for it: the callbacks that ask are told, then it goes on
+        for cb in list(self.cbs):
+            if callable(f := getattr(type(cb), 'after_fit_failed', None)): f(cb, e)
+        raise
 
 @patch
 def all_batches(self:ExtendedLearner):
