@@ -45,6 +45,19 @@ def test_timed_checkpoints_agreed_across_processes(scenarios):
     assert r0['timed'] == r1['timed'] == [f'ckpt-e0000-b00000{i}-f000' for i in (2, 4, 6)]
     assert single['timed'] == [] # one process, whose clock says 12 s in all
 
+def test_best_checkpoint_and_failed_fit(scenarios):
+    """`monitor='valid_loss'`, `keep=1`, `keep_best=1` over the epochs before a failure in epoch 1: the scores are the
+    Recorder's gathered values, the best is kept beside the newest; the failed fit is checkpointed on one process only"""
+    single,(r0,r1),_ = scenarios
+    for r in (single, r0, r1):
+        b = r['best']
+        assert list(b['scores'].values()) == b['values'][:1] # epoch 0's, gathered on 2 processes
+        assert b['best'] == 'ckpt-e0001-b000000-f000'
+    assert single['best']['kept'] == ['ckpt-e0001-b000000-f000', 'ckpt-e0001-b000003-f000'] # the failure's: after batch 2's step
+    assert r0['best']['kept'] == r1['best']['kept'] == ['ckpt-e0001-b000000-f000']
+    assert r0['best']['warned'] == r1['best']['warned'] and 'several processes' in r0['best']['warned'][0]
+    assert abs(r0['best']['values'][0] - single['best']['values'][0]) < 1e-5
+
 def test_batches_kept_in_place(scenarios):
     "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"
     single,(r0,r1),_ = scenarios

@@ -186,4 +186,25 @@ with tempfile.TemporaryDirectory() as d:
     res['timed'] = sorted(p.name for p in Path(d).glob('ckpt-*'))
     learn.barrier()
 
+# 11. the best checkpoint by a gathered column; a fit failing on every process (checkpointed on one process only)
+import warnings
+from fastxtend_accel.state import follow_pointer
+class Fail(Callback):
+    order = CheckpointCallback.order+1
+    def after_batch(self):
+        if self.training and self.epoch == 1 and self.iter == 2: raise RuntimeError('bad batch')
+learn = regression_learner().accelerate()
+with tempfile.TemporaryDirectory() as d:
+    d = Path(learn.broadcast(d))
+    ck = CheckpointCallback(d, monitor='valid_loss', keep=1, keep_best=1, on_exception=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        try: learn.fit(3, 1e-3, cbs=[ck, Fail()])
+        except RuntimeError: pass
+    learn.barrier()
+    res['best'] = dict(kept=sorted(p.name for p in d.glob('ckpt-*')), best=follow_pointer(d/'best').name,
+                       scores=ck.scores, values=[v[1] for v in learn.recorder.values],
+                       warned=[str(o.message) for o in w if 'CheckpointCallback' in str(o.message)])
+    learn.barrier()
+
 torch.save(res, out/f'rank{rank}.pt')
