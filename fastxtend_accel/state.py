@@ -145,9 +145,12 @@ def write_pointer(pointer:Path|StorePath, # The pointer file: `checkpoints/best`
 
 def follow_pointer(path:str|Path|StorePath # A checkpoint folder, or a pointer to one
                   )->Path|StorePath:
-    "`path`, or the checkpoint folder it names if it is a pointer"
+    "`path`, or the checkpoint folder it names if it is a pointer (any other file is left to be refused as it is)"
     path = as_path(path)
-    return path.parent/path.read_bytes().decode().strip() if path.is_file() else path
+    if not path.is_file() or path.stat().st_size > 255: return path
+    try: name = path.read_bytes().decode().strip()
+    except UnicodeDecodeError: return path
+    return path.parent/name if name and '/' not in name and (path.parent/name).is_dir() else path
 
 # %% ../nbs/14_state.ipynb #a92ab910
 @patch
