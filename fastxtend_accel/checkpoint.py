@@ -4,13 +4,14 @@
 
 # %% ../nbs/16_checkpoint.ipynb #d1bdbfb5
 from __future__ import annotations
-import re, signal, sys, threading, time
+import re, signal, sys, threading, time, uuid
 from functools import partial
 import torch
 from fastai.callback.progress import ProgressCallback
 from fastai.basics import *
 from .patching import epoch_order, worker_init, set_worker_init
 from .extension import ExtendingCallback
+from .events import reset_event_lists
 from .loop import training_fit
 from .core import * # `Learner.in_fit` and `Learner.fit_calls`, which tell a fit from an evaluation
 from .data import ShardedDL
@@ -68,7 +69,7 @@ class CheckpointCallback(ExtendingCallback):
         on_signal:bool=True, # Checkpoint and exit 0 on SIGTERM/SIGINT
         # Write checkpoints in the background while training goes on (one taken on a signal is written before exiting)
         async_save:bool=False,
-        on_exception:bool=False # Checkpoint when the fit raises between optimizer steps (one process), then raise
+        on_exception:bool=False # Checkpoint when the fit raises between optimizer steps (on every process), then raise
     ):
         for k,v in dict(every_steps=every_steps, every_epochs=every_epochs).items():
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -85,6 +86,9 @@ class CheckpointCallback(ExtendingCallback):
         self.monitor,self.keep_best,self.comp,self.scores = monitor,keep_best,comp,{} # scores: by checkpoint name
         store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save,on_exception')
         self.clock = time.monotonic # seconds, for `every_minutes` (a test can make one process's run fast)
+        # `on_exception` on several processes: how long a failed process waits for the others to fail too; the launch's
+        # name for this callback's failures, drawn on the main process
+        self.agree_seconds,self.failure_key = 30.,None
         self.path,self.n_fit,self.resumption,self.fit_token = as_path(path),-1,None,None
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
         # how many times the run was resumed, and what stopped it last ('SIGTERM', ...; None: killed, or it failed)
@@ -137,12 +141,17 @@ def _pruned(self:CheckpointCallback):
 
 # %% ../nbs/16_checkpoint.ipynb #97887b75
 @patch
+def _note_order(self:CheckpointCallback):
+    "Keep the order of this epoch's items, once it is drawn"
+    if self.epoch_order is not None: return
+    dl = self.learn.dl
+    self.epoch_order = dl.epoch_order if isinstance(dl, ShardedDL) else epoch_order(dl)
+
+@patch
 def after_batch(self:CheckpointCallback):
     learn = self.learn
     if not learn.training or self.nested: return
-    if self.epoch_order is None: # the order of this epoch's items, once it is drawn
-        dl = learn.dl
-        self.epoch_order = dl.epoch_order if isinstance(dl, ShardedDL) else epoch_order(dl)
+    self._note_order()
     self._prune(learn.finish_save(wait=False)) # an asynchronous checkpoint, once written
     stepped = learn.accelerator is None or learn.accelerator.sync
     if not stepped: return
@@ -224,6 +233,10 @@ def before_fit(self:CheckpointCallback):
     if not training_fit(learn) or hasattr(learn, 'gather_preds'): self.run = False; return
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order,self.last_time = learn.fit_calls,0,0,None,self.clock()
+    # where the last optimizer step left the fit: followed only for `on_exception`
+    self.idle_events = () if self.on_exception else ('before_batch', 'before_step', 'after_step', 'after_cancel_step')
+    reset_event_lists(learn)
+    if self.on_exception and self.failure_key is None: self.failure_key = learn.broadcast(uuid.uuid4().hex)
     self._check_loader()
     names = list(learn.recorder.metric_names[1:-1]) if self.monitor is not None else [] # no `epoch`, no `time`
     if self.monitor is not None and self.monitor not in names:
@@ -318,12 +331,17 @@ def after_cancel_step(self:CheckpointCallback): self.in_step = False
 
 @patch
 def after_fit_failed(self:CheckpointCallback, e):
-    "`on_exception`: checkpoint where the last optimizer step left the fit, if it failed between steps in training"
-    learn = self.learn
+    "`on_exception`: checkpoint where the last optimizer step left the fit, if it failed there, in training, everywhere"
+    learn,kind = self.learn,type(e).__name__
     if not self.on_exception or self.nested or not learn.training or self.done_batch is None: return
-    why = ('several processes' if is_distributed(learn) else 'inside an optimizer step' if self.in_step else None)
-    if why: return warn(f"CheckpointCallback: the fit raised {type(e).__name__} {why}: no checkpoint of this failure")
-    if self.epoch_order is None: self.epoch_order = epoch_order(learn.dl)
-    self._checkpoint(learn.epoch, self.done_batch, wait=True, stop=type(e).__name__)
-    print(f"CheckpointCallback: the fit raised {type(e).__name__}; checkpointed after batch {self.done_batch} of "
-          f"epoch {learn.epoch}", file=sys.stderr)
+    here = f'epoch {learn.epoch}, batch {self.done_batch}' + (' (inside its step)' if self.in_step else '')
+    seen = learn.agree_within(f'checkpoint-failure/{self.failure_key}/{self.n_fit}', here, self.agree_seconds)
+    why = (f'on some processes only (the others did not fail within {self.agree_seconds:g} s)' if seen is None else
+           f'at different batches on different processes ({", ".join(seen)})' if len(set(seen)) > 1 else
+           'inside an optimizer step' if self.in_step else None)
+    if why: return warn(f"CheckpointCallback: the fit raised {kind} {why}: no checkpoint of this failure")
+    self._note_order()
+    try: self._checkpoint(learn.epoch, self.done_batch, wait=True, stop=kind)
+    except Exception as err: return warn(f"CheckpointCallback: the fit raised {kind}; its checkpoint failed: {err!r}")
+    if learn.is_main_process: print(f"CheckpointCallback: the fit raised {kind}; checkpointed after batch "
+                                    f"{self.done_batch} of epoch {learn.epoch}", file=sys.stderr)

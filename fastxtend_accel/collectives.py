@@ -5,6 +5,7 @@
 # %% ../nbs/02_collectives.ipynb #a78473e5
 from __future__ import annotations
 import os, sys, time
+from datetime import timedelta
 from enum import Enum
 from typing import Protocol
 import torch
@@ -119,6 +120,25 @@ def is_main_process(self:Learner):
 def is_local_main_process(self:Learner):
     "Whether this is the first process on its machine"
     return self.accelerator is None or self.accelerator.is_local_main_process
+
+# %% ../nbs/02_collectives.ipynb #eb56953a
+@patch
+def agree_within(self:Learner,
+                 name:str, # What is being agreed: the same on every process, and not used twice in the launch
+                 value:str, # This process's part
+                 seconds:float=30. # How long the first process to come waits for the others
+                )->list[str]|None:
+    "Each process's `value`, by rank, if every process gave its own within `seconds`; `None` on every one if not"
+    if not is_distributed(self): return [value]
+    store,rank,n = dist.distributed_c10d._get_default_store(),dist.get_rank(),dist.get_world_size()
+    k = f'fastxtend_accel/agree/{name}'
+    store.set(f'{k}/{rank}', value)
+    # the last to come, or a process whose wait ran out: whichever sets the decision first sets it for every process
+    if store.add(f'{k}/come', 1) == n: store.compare_set(f'{k}/decision', '', 'all')
+    deadline = time.monotonic() + seconds
+    while not store.check([f'{k}/decision']) and time.monotonic() < deadline: time.sleep(0.05)
+    if store.compare_set(f'{k}/decision', '', 'late') != b'all': return None
+    return [store.get(f'{k}/{r}').decode() for r in range(n)]
 
 # %% ../nbs/02_collectives.ipynb #da6d921a
 def _settle_before_fork():

@@ -61,7 +61,9 @@ def _do_fit(self:ExtendedLearner):
     except _cancels: raise
     except Exception as e: # fastai calls no event for it: the callbacks that ask are told, then it goes on
         for cb in list(self.cbs):
-            if callable(f := getattr(type(cb), 'after_fit_failed', None)): f(cb, e)
+            if not callable(f := getattr(type(cb), 'after_fit_failed', None)): continue
+            try: f(cb, e)
+            except Exception as err: warn(f"{type(cb).__name__}.after_fit_failed raised {err!r} (the fit raised {e!r})")
         raise
 
 @patch

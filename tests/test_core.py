@@ -47,16 +47,30 @@ def test_timed_checkpoints_agreed_across_processes(scenarios):
 
 def test_best_checkpoint_and_failed_fit(scenarios):
     """`monitor='valid_loss'`, `keep=1`, `keep_best=1` over the epochs before a failure in epoch 1: the scores are the
-    Recorder's gathered values, the best is kept beside the newest; the failed fit is checkpointed on one process only"""
+    Recorder's gathered values, the best is kept beside the newest; the failure, the same on every process, is
+    checkpointed after batch 2's step on 2 processes as on 1, and a fit resumed from it ends as one that never failed"""
     single,(r0,r1),_ = scenarios
     for r in (single, r0, r1):
         b = r['best']
         assert list(b['scores'].values()) == b['values'][:1] # epoch 0's, gathered on 2 processes
         assert b['best'] == 'ckpt-e0001-b000000-f000'
-    assert single['best']['kept'] == ['ckpt-e0001-b000000-f000', 'ckpt-e0001-b000003-f000'] # the failure's: after batch 2's step
-    assert r0['best']['kept'] == r1['best']['kept'] == ['ckpt-e0001-b000000-f000']
-    assert r0['best']['warned'] == r1['best']['warned'] and 'several processes' in r0['best']['warned'][0]
+        assert b['kept'] == ['ckpt-e0001-b000000-f000', 'ckpt-e0001-b000003-f000'] and b['warned'] == []
+        # the same operations in the same order: the resumed fit's weights are the whole fit's, bit for bit
+        for a,w in zip(r['failed_resumed']['resumed'], r['failed_resumed']['whole']): assert torch.equal(a, w)
     assert abs(r0['best']['values'][0] - single['best']['values'][0]) < 1e-5
+
+def test_failure_not_alike_everywhere_not_checkpointed(scenarios):
+    """Process 0 fails inside batch 2's step and process 1 after it; or process 1 fails 3 s after process 0, which waits
+    for it 1 s: no checkpoint, and every process says why. On one process each is a failure like any other"""
+    single,(r0,r1),_ = scenarios
+    assert single['failed_apart']['kept'] == []
+    assert single['failed_apart']['warned'][0].endswith('inside an optimizer step: no checkpoint of this failure')
+    assert single['failed_late'] == dict(kept=['ckpt-e0001-b000003-f000'], warned=[])
+    for r in (r0, r1):
+        assert r['failed_apart']['kept'] == r['failed_late']['kept'] == []
+        assert ('at different batches on different processes (epoch 1, batch 2 (inside its step), epoch 1, batch 3)'
+                in r['failed_apart']['warned'][0])
+        assert 'on some processes only (the others did not fail within 1 s)' in r['failed_late']['warned'][0]
 
 def test_batches_kept_in_place(scenarios):
     "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"

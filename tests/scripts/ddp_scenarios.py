@@ -186,25 +186,50 @@ with tempfile.TemporaryDirectory() as d:
     res['timed'] = sorted(p.name for p in Path(d).glob('ckpt-*'))
     learn.barrier()
 
-# 11. the best checkpoint by a gathered column; a fit failing on every process (checkpointed on one process only)
-import warnings
+# 11. the best checkpoint by a gathered column; a fit failing on every process at the same batch, checkpointed there
+# and resumed exactly; a fit failing at different points, or on one process too late for the others: no checkpoint
+import time, warnings
 from fastxtend_accel.state import follow_pointer
 class Fail(Callback):
+    "Raise at training batch 2 of epoch 1: after its step, or inside it; `delay` seconds late"
     order = CheckpointCallback.order+1
+    def __init__(self, in_step=False, delay=0): self.in_step,self.delay = in_step,delay
+    def _fail(self):
+        if self.training and self.epoch == 1 and self.iter == 2: time.sleep(self.delay); raise RuntimeError('bad batch')
+    def before_step(self):
+        if self.in_step: self._fail()
     def after_batch(self):
-        if self.training and self.epoch == 1 and self.iter == 2: raise RuntimeError('bad batch')
-learn = regression_learner().accelerate()
-with tempfile.TemporaryDirectory() as d:
-    d = Path(learn.broadcast(d))
-    ck = CheckpointCallback(d, monitor='valid_loss', keep=1, keep_best=1, on_exception=True)
+        if not self.in_step: self._fail()
+
+def failing(d, fail, **kw):
+    "A 3-epoch fit that `fail` ends, checkpointed by `kw`; what it left in `d`, and what it warned about"
+    learn = regression_learner().accelerate()
+    ck = CheckpointCallback(d, on_exception=True, **kw)
+    ck.agree_seconds = 1
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
-        try: learn.fit(3, 1e-3, cbs=[ck, Fail()])
+        try: learn.fit(3, 1e-3, cbs=[ck, fail])
         except RuntimeError: pass
     learn.barrier()
-    res['best'] = dict(kept=sorted(p.name for p in d.glob('ckpt-*')), best=follow_pointer(d/'best').name,
-                       scores=ck.scores, values=[v[1] for v in learn.recorder.values],
-                       warned=[str(o.message) for o in w if 'CheckpointCallback' in str(o.message)])
+    return learn,ck,dict(kept=sorted(p.name for p in d.glob('ckpt-*')),
+                         warned=[str(o.message) for o in w if 'CheckpointCallback' in str(o.message)])
+
+with tempfile.TemporaryDirectory() as d:
+    d = Path(learn.broadcast(d))
+    learn,ck,r = failing(d, Fail(), monitor='valid_loss', keep=1, keep_best=1)
+    res['best'] = dict(r, best=follow_pointer(d/'best').name, scores=ck.scores,
+                       values=[v[1] for v in learn.recorder.values])
+    resumed,whole = regression_learner().accelerate(),regression_learner().accelerate()
+    resumed.fit(3, 1e-3, cbs=CheckpointCallback(d, monitor='valid_loss', keep=1, keep_best=1, resume=True))
+    whole.fit(3, 1e-3)
+    res['failed_resumed'] = dict(resumed=params(resumed), whole=params(whole))
     learn.barrier()
+# apart: no signals agreed after each step, which process 1 would wait in for process 0, failed inside that step
+for name,fail,kw in (('failed_apart', Fail(in_step=rank == 0), dict(on_signal=False)),
+                     ('failed_late', Fail(delay=3 if rank == 1 else 0), {})):
+    with tempfile.TemporaryDirectory() as d:
+        d = Path(learn.broadcast(d))
+        res[name] = failing(d, fail, every_epochs=None, **kw)[2]
+        learn.barrier()
 
 torch.save(res, out/f'rank{rank}.pt')
