@@ -18,3 +18,4 @@ from .trackers import *
 from .profiler import *
 from .ema import *
 from .guard import *
+from .activations import *

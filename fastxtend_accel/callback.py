@@ -26,7 +26,7 @@ from .fsdp import *
 from .xla import *
 
 # %% auto #0
-__all__ = ['step', 'AcceleratorCallback']
+__all__ = ['accelerate_options', 'step', 'AcceleratorCallback']
 
 # %% ../nbs/08_callback.ipynb #8f32a1bd
 _fastai_opt_step = fastai_method(Optimizer, 'step')
@@ -105,6 +105,13 @@ class AcceleratorCallback(ExtendingCallback):
         if self._batch_device is None: self._batch_device = batch_device(self.device) # `cuda`: CUDA starts here
         return self._batch_device
 
+# %% ../nbs/08_callback.ipynb #f06adeb8
+# `.accelerate()` options that a module of their own owns, imported only when the option is given: its
+# `accelerate_option(learn, cb, value)` checks `value` against `learn` and the new `AcceleratorCallback` `cb` (raising
+# leaves the learner as it was) and gives the callback that does the work, or None. That callback's `accelerate_option`
+# attribute names the option: `.accelerate()` called again replaces it, as it replaces the `AcceleratorCallback`
+accelerate_options = dict(activation_checkpointing='fastxtend_accel.activations')
+
 # %% ../nbs/08_callback.ipynb #7163fa62
 @patch
 @delegates(AcceleratorCallback)
@@ -122,9 +129,11 @@ def accelerate(self:Learner,
     # trackers: their module, imported when asked for (it names the package to install for a missing one)
     trackers = importlib.import_module('fastxtend_accel.trackers') if kwargs.get('log_with') else None
     if trackers is not None: trackers.check_trackers(kwargs['log_with'])
+    options = {k: kwargs.pop(k) for k in list(kwargs) if k in accelerate_options}
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
-    self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback)])
-    self.add_cb(cb)
+    added = [importlib.import_module(accelerate_options[k]).accelerate_option(self, cb, v) for k,v in options.items()]
+    self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback) or getattr(c, 'accelerate_option', '')])
+    self.add_cbs([cb, *[o for o in added if o is not None]])
     if trackers is not None: trackers.add_trackers(self)
     return self
 

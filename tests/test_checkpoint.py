@@ -32,6 +32,16 @@ def test_sigkill_mid_epoch_resumes_exactly(tmp_path, reference):
     for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
     assert res['values'] == reference['values']
 
+def test_sigkill_with_activation_checkpointing(tmp_path, reference):
+    "Each Linear and Dropout recomputed (the same dropout masks), killed mid-epoch, resumed: the fit without it, exactly"
+    proc = start_cmd([sys.executable, SCRIPT, tmp_path, '--sleep', '0.03', '--activations'])
+    wait_for(lambda: mid_epoch(tmp_path), proc)
+    kill_group(proc)
+    run_cmd([sys.executable, SCRIPT, tmp_path, '--activations'])
+    res = finals(tmp_path)[0]
+    for a,b in zip(res['params'], reference['params']): assert torch.equal(a, b)
+    assert res['values'] == reference['values']
+
 def test_sigkill_during_checkpoint_write(tmp_path, reference):
     proc = start_cmd([sys.executable, SCRIPT, tmp_path, '--slow-save'])
     wait_for(lambda: any(p.name.startswith('.tmp-ckpt-e0001') for p in (tmp_path/'ckpt').glob('.tmp-*')), proc)

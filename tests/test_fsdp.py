@@ -14,7 +14,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,env,errors'], out,
+    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,env,errors'], out,
                      timeout=900), out
 
 @pytest.fixture(scope='module')
@@ -36,6 +36,16 @@ def test_fsdp_matches_ddp(runs, scenario):
     (r0,r1),_ = runs
     assert _maxdiff(r0['fsdp'][scenario]['params'], r0['ddp'][scenario]['params']) < 1e-5
     for a,b in zip(r0['fsdp'][scenario]['params'], r1['fsdp'][scenario]['params']): assert torch.equal(a, b) # one model, gathered
+
+def test_activation_checkpointing_compiled(runs):
+    "Each Linear's activations recomputed, compiled, under DDP and FSDP2: the compiled fit without it, bit for bit"
+    (r0,r1),_ = runs
+    for r in (r0, r1):
+        for mode in ('ddp', 'fsdp'):
+            a = r[mode]['activations']
+            for x,y in zip(a['params'], r[mode]['compile']['params']): assert torch.equal(x, y)
+            assert a['during'] == 2 and a['plain_after'] # both Linears, inside the wrappers; none after the fit
+        assert r['fsdp']['activations']['shards'] == r['fsdp']['compile']['shards']
 
 def test_parameters_sharded(runs):
     (r0,r1),_ = runs

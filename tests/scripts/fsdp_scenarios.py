@@ -25,7 +25,9 @@ def accelerate(learn, mode, mixed_precision='no', **kwargs):
     "`learn.accelerate(...)` with DDP, or with an FSDP2 plugin (Accelerate's FSDP2 path forced on CPU, for this test only)"
     kwargs['mixed_precision'] = mixed_precision # explicit: without it, a learner keeps the precision of the last `Accelerator`
     if mode == 'ddp': return learn.accelerate(**kwargs)
-    return learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs))
+    ac = kwargs.pop('activation_checkpointing', None) # an option of `.accelerate()`, not of the `Accelerator`
+    return learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs),
+                            activation_checkpointing=ac)
 
 def full(t): return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
 def params(learn): return [full(p) for p in learn.model.parameters()]
@@ -164,6 +166,17 @@ for mode in ('ddp', 'fsdp'):
         r['compile'] = dict(params=params(learn), graphs=compiled_graphs()-g0, shards=shards(learn))
         (out/mode).mkdir(exist_ok=True)
         learn.export(out/mode/'compiled.pkl')
+
+    # 9b. the same, each Linear's activations recomputed in the backward pass: applied before compiling and sharding
+    if want('activations'):
+        from fastxtend_accel.activations import is_checkpointed
+        learn = accelerate(synth_regression_learner(), mode, activation_checkpointing=nn.Linear)
+        learn.compile()
+        class Seen(Callback):
+            def after_batch(self): self.n = sum(map(is_checkpointed, self.learn.model.modules()))
+        learn.fit(2, 1e-2, cbs=(seen := Seen()))
+        r['activations'] = dict(params=params(learn), shards=shards(learn), during=seen.n,
+                                plain_after=not any(is_checkpointed(m) for m in learn.model.modules()))
 
 # 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
 if want('env'):

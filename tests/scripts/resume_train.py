@@ -15,6 +15,7 @@ p.add_argument('--mixed-precision', default='no')
 p.add_argument('--accumulate', type=int, default=1)
 p.add_argument('--dropout', type=float, default=0.3, help='0: no dropout, so the same values on every device')
 p.add_argument('--slow-save', action='store_true', help='wait 30 s inside the first checkpoint write after epoch 0')
+p.add_argument('--activations', action='store_true', help='recompute the activations of each Linear and Dropout')
 args = p.parse_args()
 out = Path(args.out)
 
@@ -31,7 +32,9 @@ class Sleep(Callback):
 set_seed(0)
 learn = synth_learner_digits(n=768, bs=16)
 learn.model = tiny_mlp(p=args.dropout)
-learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate)
+checkpointed = (lambda m: isinstance(m, (nn.Linear, nn.Dropout))) if args.activations else None
+learn.accelerate(mixed_precision=args.mixed_precision, gradient_accumulation_steps=args.accumulate,
+                 activation_checkpointing=checkpointed)
 learn.fit_one_cycle(3, 1e-2, cbs=[CheckpointCallback(out/'ckpt', every_steps=3, every_epochs=None, resume=True), Sleep()])
 torch.save(dict(params=[p.detach() for p in learn.model.parameters()], values=learn.recorder.values, losses=learn.recorder.losses,
                 own_smooth=learn.recorder.smooth_loss.own), # on several processes, each process's own smoothing
