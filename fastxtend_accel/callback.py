@@ -82,6 +82,7 @@ class AcceleratorCallback(ExtendingCallback):
         if self.xla: check_xla(self.accelerator)
         self._no_sync,self._fetching = ExitStack(),ExitStack() # DDP's `no_sync`; the loaders' `fetching`, `placing`
         self.depth,self.old_loaders,self.fit_starting = 0,None,False
+        self.ga = None # fastai's `GradientAccumulation` of this fit, whose steps this callback takes (`before_batch`)
         self.set_distributed(self.accelerator.num_processes > 1)
 
     def set_distributed(self,
@@ -90,9 +91,14 @@ class AcceleratorCallback(ExtendingCallback):
         "Share the work between processes or not; per-batch events with nothing to do leave the event lists"
         if self.distributed == on: return # the event lists still hold
         self.distributed = on
-        self.idle_events = set() if on else {'after_pred', 'after_loss'}
-        if self.n_acc == 1: self.idle_events |= {'before_batch'} if self.xla else {'before_batch', 'after_batch'}
-        if self.n_acc == 1 and self.accelerator.scaler is None: self.idle_events.add('before_step')
+        self._set_idle()
+
+    def _set_idle(self):
+        "Leave the per-batch events with nothing to do out of the event lists"
+        self.idle_events = set() if self.distributed else {'after_pred', 'after_loss'}
+        if self.n_acc == 1 and self.ga is None: # no accumulation: every batch steps
+            self.idle_events |= {'before_batch'} if self.xla else {'before_batch', 'after_batch'}
+            if self.accelerator.scaler is None: self.idle_events.add('before_step')
         if self.learn is not None: reset_event_lists(self.learn)
 
     @property
@@ -154,12 +160,12 @@ def _check_callbacks(self:AcceleratorCallback):
                          "`learn.remove_cb(MixedPrecision)` (or `to_fp32()`) and keep Accelerate's, or use "
                          "`.accelerate(mixed_precision='no')`.")
     ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
-    if ga:
-        bs = getattr(learn.dls.train, 'bs', None) or getattr(learn.dls.train, 'batch_size', 1)
-        k = max(1, round(ga[0].n_acc/(bs if acc.split_batches else bs*acc.num_processes)))
-        raise ValueError(f"fastai's `GradientAccumulation` does not sync with DDP: remove it and use "
-                         f"`.accelerate(gradient_accumulation_steps={k})` (n_acc={ga[0].n_acc} items at bs {bs} on "
-                         f"{acc.num_processes} process(es)).")
+    if ga and self.n_acc > 1:
+        raise ValueError(f"fastai's `GradientAccumulation(n_acc={ga[0].n_acc})` and `.accelerate(gradient_accumulation_"
+                         f"steps={self.n_acc})` would both accumulate: keep one (`learn.remove_cb(GradientAccumulation)`"
+                         ", or `.accelerate()` without `gradient_accumulation_steps`).")
+    if len(ga) > 1: raise ValueError(f"{len(ga)} `GradientAccumulation` callbacks: keep one")
+    if (ga[0] if ga else None) is not self.ga: self.ga = ga[0] if ga else None; self._set_idle()
     check_cpu_bf16(acc, learn.model)
 
 # %% ../nbs/08_callback.ipynb #2e61e267
@@ -170,7 +176,7 @@ def before_fit(self:AcceleratorCallback):
     self.depth += 1
     if self.depth > 1: return # `validate`/`get_preds` called inside a fit: already prepared
     self._check_callbacks()
-    acc,learn,is_fit,self.fit_starting = self.accelerator,self.learn,self.fit_starting,False
+    acc,learn,is_fit,self.fit_starting,self.sync = self.accelerator,self.learn,self.fit_starting,False,True
     # a sharded model runs on every process together
     self.set_distributed(acc.num_processes > 1 and (is_fit or self.shared_eval or self.fsdp))
     # undo what an interrupted fit left; prepared afresh, in mixed precision again too
@@ -248,12 +254,19 @@ def after_validate(self:AcceleratorCallback): self.in_loop = False
 
 # %% ../nbs/08_callback.ipynb #04f3169d
 @patch
+def global_items(self:AcceleratorCallback)->int:
+    "The items of this batch on all the processes that share it"
+    return find_bs(self.learn.yb)*(self.accelerator.num_processes if self.distributed else 1)
+
+@patch
 def before_batch(self:AcceleratorCallback):
-    if not self.learn.training or self.n_acc == 1: return
-    i,n = self.learn.iter,self.learn.n_iter
-    start = i - i%self.n_acc
-    self.group = min(self.n_acc, n-start)
-    self.sync = i+1 == start+self.group
+    if not self.learn.training or (self.n_acc == 1 and self.ga is None): return
+    if self.ga is not None: self.sync = self.ga.count + self.global_items() >= self.ga.n_acc # fastai's test, ahead
+    else:
+        i,n = self.learn.iter,self.learn.n_iter
+        start = i - i%self.n_acc
+        self.group = min(self.n_acc, n-start)
+        self.sync = i+1 == start+self.group
     self._no_sync.close()
     if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
 
@@ -300,3 +313,18 @@ def after_loss(self:AcceleratorCallback):
     # reduced loss of nothing: nan
     if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0:
         learn.loss = learn.loss_grad = learn.loss.new_zeros(())
+
+# %% ../nbs/08_callback.ipynb #5df16d56
+@accelerated_event(GradientAccumulation, 'after_loss', "the items counted over all processes, and whether the batch "
+                   "steps decided at its start, DDP's gradients synced once a step (`AcceleratorCallback.before_batch`)")
+def _accumulation_after_loss(self:GradientAccumulation):
+    "Scale the loss to the batch's share of `n_acc` items; count the items of every process"
+    learn = self.learn
+    n = learn.accelerator.global_items()
+    learn.loss_grad /= self.n_acc/n
+    self.count += n
+    if self.count >= self.n_acc: self.count = 0
+
+@accelerated_event(GradientAccumulation, 'before_step', "nothing: `AcceleratorCallback` cancelled the steps of the "
+                   "batches that accumulate, before fp16's unscaling")
+def _accumulation_before_step(self:GradientAccumulation): pass

@@ -104,6 +104,11 @@ def test_backward_and_allreduce_counts(scenarios):
     assert (acc['backwards'], acc['steps'], acc['allreduces'], acc['clips']) == (6, 3, 3, 3)
     assert _maxdiff(acc['params'], r0['accum_ref']['params']) < 1e-5 # k=2 at bs=16 == k=1 at bs=32
     assert _maxdiff(acc['params'], single['accum']['params']) < 1e-5
+    # fastai's `GradientAccumulation(n_acc=64)`: the same steps, DDP's gradients synced once a step
+    for r in (single, r0, r1):
+        fa = r['fastai_accum']
+        assert (fa['backwards'], fa['steps']) == (6, 3) and _maxdiff(fa['params'], single['accum']['params']) < 1e-5
+    assert r0['fastai_accum']['allreduces'] == 3
 
 def test_one_cycle_and_freeze(scenarios):
     single,(r0,r1),_ = scenarios

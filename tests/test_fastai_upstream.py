@@ -18,17 +18,21 @@ def _results(procs):
     return res
 
 def test_fastai_notebooks_pass_with_the_library(tmp_path):
-    "Every cell of fastai's notebooks that passes on stock fastai passes after `import fastxtend_accel.all`"
+    """Every cell of fastai's notebooks that passes on stock fastai passes after `import fastxtend_accel.all`, and with
+    every learner of fastai's `synth_learner` accelerated (one process): `GradientAccumulation` included"""
     assert [p.stem for p in NOTEBOOKS] == list(MIN_PASSING)
-    procs = [] # both at once, each in a folder of its own (the cells save models and files)
-    for flag in ([], ['--lib']):
-        d = tmp_path/('lib' if flag else 'stock')
+    procs = [] # all at once, each in a folder of its own (the cells save models and files)
+    for flag in ([], ['--lib'], ['--accelerated']):
+        d = tmp_path/(flag[0][2:] if flag else 'stock')
         d.mkdir()
         procs.append(start_cmd([sys.executable, UPSTREAM/'run_notebooks.py', *flag, *NOTEBOOKS], cwd=d))
-    stock,lib = _results(procs)
-    assert stock['fit_module'] == 'fastai.learner' and lib['fit_module'] == 'fastai.learner' # stock both: a plain learner runs fastai's code
+    stock,lib,accelerated = _results(procs)
+    # a plain learner runs fastai's code, imported or not; 20 learners of `synth_learner` accelerated
+    assert stock['fit_module'] == lib['fit_module'] == accelerated['fit_module'] == 'fastai.learner'
+    assert accelerated['accelerated'] >= 20 and lib['accelerated'] == stock['accelerated'] == 0
     for nb,min_passing in MIN_PASSING.items():
         passing = [i for i,err in enumerate(stock['cells'][nb]) if err is None]
         assert len(passing) >= min_passing, f"{nb}: {len(passing)} cells pass on stock fastai: {stock['cells'][nb]}"
-        broken = {i: lib['cells'][nb][i] for i in passing if lib['cells'][nb][i] is not None}
-        assert not broken, f'{nb}: cells that pass on stock fastai fail with the library: {broken}'
+        for name,res in (('the library', lib), ('accelerated learners', accelerated)):
+            broken = {i: res['cells'][nb][i] for i in passing if res['cells'][nb][i] is not None}
+            assert not broken, f'{nb}: cells that pass on stock fastai fail with {name}: {broken}'

@@ -1,7 +1,8 @@
 """Run the vendored test cells of fastai's notebooks (this folder's `NN_name.py` files) in this process, and print as JSON,
-for each notebook, every cell's error (null if it passed). With `--lib`, `fastxtend_accel.all` is imported first.
+for each notebook, every cell's error (null if it passed). With `--lib`, `fastxtend_accel.all` is imported first; with `--accelerated` too, and every learner of fastai's
+`synth_learner` is accelerated (`.accelerate()`, one process).
 
-    python run_notebooks.py [--lib] 13a_learner.py 13b_metrics.py ..."""
+    python run_notebooks.py [--lib | --accelerated] 13a_learner.py 13b_metrics.py ..."""
 import contextlib, io, json, re, sys, warnings
 from pathlib import Path
 
@@ -28,10 +29,18 @@ def run(path:Path)->list:
 
 if __name__ == '__main__':
     warnings.filterwarnings('ignore')
+    accelerated = [] # the learners `--accelerated` made
     args = sys.argv[1:]
-    if args[0] == '--lib':
+    if args[0] in ('--lib', '--accelerated'):
         import fastxtend_accel.all
+        if args[0] == '--accelerated':
+            import fastai.test_utils as tu
+            plain = tu.synth_learner
+            def synth_learner(*a, **kw):
+                accelerated.append(1)
+                return plain(*a, **kw).accelerate()
+            tu.synth_learner = synth_learner
         args = args[1:]
     from fastai.learner import Learner
     res = {Path(p).stem: run(Path(p)) for p in args}
-    print(json.dumps(dict(fit_module=Learner.fit.__module__, cells=res)))
+    print(json.dumps(dict(fit_module=Learner.fit.__module__, cells=res, accelerated=len(accelerated))))

@@ -65,6 +65,12 @@ learn = regression_learner(bs=bs*2).accelerate()
 learn.fit(1, 1e-3)
 res['accum_ref'] = dict(params=params(learn))
 
+# ... and fastai's own `GradientAccumulation(n_acc=64)`: 2 global batches a step, its items counted over the processes
+learn = regression_learner().accelerate()
+spy = Spy()
+learn.fit(1, 1e-3, cbs=[spy, GradientAccumulation(n_acc=64)])
+res['fastai_accum'] = dict(params=params(learn), steps=spy.steps, backwards=spy.backwards, allreduces=spy.allreduces)
+
 # 3. one-cycle schedule, shuffled data, after freezing the first layer group
 learn = regression_learner(shuffle=True).accelerate()
 learn.freeze_to(-1)
