@@ -1,7 +1,7 @@
 """What activation checkpointing saves and costs: the same accelerated `Learner` without and with
 `.accelerate(activation_checkpointing=True)`, side by side, for a residual MLP, a small CNN and AWD_LSTM.
 
-    .venv/bin/python bench/bench_activations.py                # ~3 min on 2 CPU cores
+    .venv/bin/python bench/bench_activations.py                # ~1 min on 2 CPU cores
     .venv/bin/python bench/bench_activations.py --device cuda  # `torch.cuda.max_memory_allocated`
 
 Memory: the most a training step takes above what the process held when the step started, once the first steps have

@@ -175,3 +175,12 @@ def test_bench_peers_targets():
     # the job's CPU time: process 0's 4 s over 100 steps and another's 1 s over 50 (2 s over 100)
     assert bp.job_cpu(dict(cpu=4, steps=100), [dict(cpu=1, steps=50)], 2) == 3
     with pytest.raises(ValueError, match='1 of the other processes wrote no times'): bp.job_cpu(dict(cpu=4, steps=100), [], 2)
+
+def test_bench_activations_smoke():
+    "Each model's two rows (memory, then timings); checkpointed, a step's peak memory is below the one that keeps them all"
+    out = bench('bench_activations.py', '--steps', 4, '--repeats', 1)
+    for i in range(3):
+        kept,ckpt = cells(out, 'kept', i),cells(out, 'checkpointed', i)
+        for c in (kept, ckpt): assert re.fullmatch(NUM, c[0]) and float(c[0]) > 0, out
+        assert float(ckpt[0]) < float(kept[0]), out # measured 0.46x-0.71x (bench/bench_activations.py's defaults)
+    assert len(re.findall(rf'checkpointed / kept: memory {NUM}x, time {NUM}x', out)) == 3

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Build the documentation site into _docs/ from the notebooks, without Quarto: nbdev's processor (`_proc/`, the same
-# step `nbdev-docs` runs before Quarto), then Sphinx + myst-nb + Furo. Run `bash tools/setup.sh` first.
+# step `nbdev-docs` runs before Quarto), then Sphinx + myst-nb + Furo. Sets up the venv first (tools/setup.sh), as
+# the README's other commands do, so that it works on a fresh clone.
 # `bash tools/docs.sh --test` also opens every page in headless Chromium (tests/test_docs.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash tools/setup.sh
 py=.venv/bin/python
 $py tools/docs.py imports
 $py -W ignore::UserWarning -c "from nbdev.serve import proc_nbs; proc_nbs(force=True)"
