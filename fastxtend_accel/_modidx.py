@@ -39,6 +39,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                       'fastxtend_accel/activations.py'),
                                              'fastxtend_accel.activations.ActivationCheckpointing.__init__': ( 'activations.html#activationcheckpointing.__init__',
                                                                                                                'fastxtend_accel/activations.py'),
+                                             'fastxtend_accel.activations.ActivationCheckpointing._check': ( 'activations.html#activationcheckpointing._check',
+                                                                                                             'fastxtend_accel/activations.py'),
                                              'fastxtend_accel.activations.ActivationCheckpointing.after_fit': ( 'activations.html#activationcheckpointing.after_fit',
                                                                                                                 'fastxtend_accel/activations.py'),
                                              'fastxtend_accel.activations.ActivationCheckpointing.after_fit_failed': ( 'activations.html#activationcheckpointing.after_fit_failed',

@@ -13,6 +13,7 @@ from fastai.basics import *
 from .extension import ExtendingCallback
 from .loop import learner_file_hook
 from .callback import AcceleratorCallback
+from .patching import CompiledForward
 
 # %% auto #0
 __all__ = ['checkpoint_blocks', 'is_checkpointed', 'checkpoint_activations', 'plain_forwards', 'ActivationCheckpointing',
@@ -98,11 +99,17 @@ def is_checkpointed(m:nn.Module)->bool:
     f = vars(m).get('forward')
     return isinstance(f, partial) and f.func is _checkpointed
 
-def checkpoint_activations(blocks:list # Modules, as `checkpoint_blocks` gives them
-                          ):
+def checkpoint_activations(blocks:list, # Modules, as `checkpoint_blocks` gives them
+                           # Each block's wrapper, kept for the next time: the same one again each fit, so compiled code
+                           # that traced it (its guards) holds
+                           wrappers:dict|None=None):
     "Have each of `blocks` recompute its activations in the backward pass instead of keeping them"
     for b in blocks:
-        if not is_checkpointed(b): b.forward = partial(_checkpointed, b, b.forward)
+        if is_checkpointed(b): continue
+        f = (wrappers or {}).get(b)
+        if f is None or f.args[1] != b.forward: f = partial(_checkpointed, b, b.forward)
+        if wrappers is not None: wrappers[b] = f
+        b.forward = f
 
 def plain_forwards(model:nn.Module)->list:
     "Undo `checkpoint_activations` on the modules of `model`; the modules it was undone on"
@@ -116,10 +123,12 @@ def plain_forwards(model:nn.Module)->list:
 # %% ../nbs/16i_activations.ipynb #e1529e4d
 class ActivationCheckpointing(ExtendingCallback):
     "Recompute the activations of the model's blocks in the backward pass instead of keeping them, during each fit"
-    order = AcceleratorCallback.order-2 # before `CompilerCallback` compiles, and `AcceleratorCallback` wraps or shards
+    # after `CompilerCallback` compiles in place (compiled code traces the forwards at its first call, checkpointed by
+    # then), before `AcceleratorCallback` wraps or shards the model
+    order = AcceleratorCallback.order-0.5
     accelerate_option = None # 'activation_checkpointing': added by `.accelerate()`, which replaces it when called again
     def __init__(self, which=True # True: the model's blocks; a module class, a list of them, or a function of a module
-                ): self.which,self.fit_token,self.nested,self.blocks = which,None,0,[]
+                ): self.which,self.fit_token,self.nested,self.blocks,self.wrappers = which,None,0,[],{}
 
     def before_fit(self):
         learn = self.learn
@@ -127,7 +136,19 @@ class ActivationCheckpointing(ExtendingCallback):
         self.fit_token,self.nested = learn.fit_calls,0
         plain_forwards(learn.model) # what an interrupted fit left
         self.blocks = checkpoint_blocks(learn.model, self.which) if learn.in_fit else []
-        checkpoint_activations(self.blocks)
+        self._check(learn.accelerator)
+        checkpoint_activations(self.blocks, self.wrappers)
+
+    def _check(self, acc):
+        "Refuse what checkpointing can't run with, before the model changes"
+        if getattr(getattr(acc, 'fsdp_plugin', None), 'activation_checkpointing', False):
+            raise ValueError("Activation checkpointing is asked for twice: by `ActivationCheckpointing` (or "
+                             "`activation_checkpointing=`) and by the FSDP plugin's own: keep one")
+        if getattr(acc, 'xla', False): raise ValueError("Activation checkpointing does not run on an XLA device yet")
+        if any(isinstance(vars(b).get('forward'), CompiledForward) for b in self.blocks):
+            raise ValueError("The blocks to checkpoint are compiled one by one without their hooks (`learn."
+                             "compile(regional=True)` on a sharded model): checkpointing them is not supported yet. "
+                             "Compile the whole model (`regional=False`), or leave activation checkpointing out")
 
     def after_fit(self):
         if self.nested: self.nested -= 1; return
@@ -138,18 +159,13 @@ class ActivationCheckpointing(ExtendingCallback):
 
 # %% ../nbs/16i_activations.ipynb #f267c072
 def accelerate_option(learn, # The learner `.accelerate()` is called on
-                      cb:AcceleratorCallback, # The `AcceleratorCallback` it made
                       which # The option's value: False/None for none
                      )->ActivationCheckpointing|None:
     "`.accelerate(activation_checkpointing=which)`: the callback, `which` checked against the learner's model first"
-    own = [c for c in learn.cbs if isinstance(c, ActivationCheckpointing) and c.accelerate_option is None]
-    plugin = cb.fsdp_plugin
-    if which and (own or getattr(plugin, 'activation_checkpointing', False)):
-        raise ValueError("Activation checkpointing is asked for twice: by `activation_checkpointing=` and by "
-                         + ("an `ActivationCheckpointing` callback of the learner" if own else
-                            "the FSDP plugin's `activation_checkpointing`") + ": keep one")
     if which is None or which is False: return None
-    if cb.xla: raise ValueError("`activation_checkpointing` does not run on an XLA device yet: leave it out there")
+    if any(isinstance(c, ActivationCheckpointing) and c.accelerate_option is None for c in learn.cbs):
+        raise ValueError("Activation checkpointing is asked for twice: by `activation_checkpointing=` and by an "
+                         "`ActivationCheckpointing` callback of the learner: keep one")
     checkpoint_blocks(learn.model, which)
     res = ActivationCheckpointing(which)
     res.accelerate_option = 'activation_checkpointing'
@@ -158,11 +174,16 @@ def accelerate_option(learn, # The learner `.accelerate()` is called on
 # %% ../nbs/16i_activations.ipynb #ac5d42e5
 @learner_file_hook
 def _plain_export(learn, op, kwargs):
-    "An export writes the model's plain forwards; checkpointing goes on after it"
-    return _plain_inside(learn.model) if op == 'export' else nullcontext()
+    "An export writes the model's plain forwards, and the callbacks without their wrappers; checkpointing goes on"
+    return _plain_inside(learn) if op == 'export' else nullcontext()
 
 @contextmanager
-def _plain_inside(model):
-    undone = plain_forwards(model)
+def _plain_inside(learn):
+    cbs = [c for c in learn.cbs if isinstance(c, ActivationCheckpointing)]
+    kept = [c.wrappers for c in cbs]
+    for c in cbs: c.wrappers = {}
+    undone = plain_forwards(learn.model)
     try: yield
-    finally: checkpoint_activations(undone)
+    finally:
+        for c,w in zip(cbs, kept): c.wrappers = w
+        checkpoint_activations(undone, kept[0] if kept else None)

@@ -113,8 +113,8 @@ class AcceleratorCallback(ExtendingCallback):
 
 # %% ../nbs/08_callback.ipynb #f06adeb8
 # `.accelerate()` options that a module of their own owns, imported only when the option is given: its
-# `accelerate_option(learn, cb, value)` checks `value` against `learn` and the new `AcceleratorCallback` `cb` (raising
-# leaves the learner as it was) and gives the callback that does the work, or None. That callback's `accelerate_option`
+# `accelerate_option(learn, value)` checks `value` against `learn`, before the `Accelerator` is built (raising leaves
+# everything as it was), and gives the callback that does the work, or None. That callback's `accelerate_option`
 # attribute names the option: `.accelerate()` called again replaces it, as it replaces the `AcceleratorCallback`
 accelerate_options = dict(activation_checkpointing='fastxtend_accel.activations')
 
@@ -136,8 +136,8 @@ def accelerate(self:Learner,
     trackers = importlib.import_module('fastxtend_accel.trackers') if kwargs.get('log_with') else None
     if trackers is not None: trackers.check_trackers(kwargs['log_with'])
     options = {k: kwargs.pop(k) for k in list(kwargs) if k in accelerate_options}
+    added = [importlib.import_module(accelerate_options[k]).accelerate_option(self, v) for k,v in options.items()]
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
-    added = [importlib.import_module(accelerate_options[k]).accelerate_option(self, cb, v) for k,v in options.items()]
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback) or getattr(c, 'accelerate_option', '')])
     self.add_cbs([cb, *[o for o in added if o is not None]])
     if trackers is not None: trackers.add_trackers(self)
@@ -160,10 +160,15 @@ def _check_callbacks(self:AcceleratorCallback):
                          "`learn.remove_cb(MixedPrecision)` (or `to_fp32()`) and keep Accelerate's, or use "
                          "`.accelerate(mixed_precision='no')`.")
     ga = [cb for cb in learn.cbs if isinstance(cb, GradientAccumulation)]
+    stock = vars(GradientAccumulation) # the methods an accelerated learner runs its own way
+    own = [n for n in ('after_loss', 'before_step') if ga and getattr(type(ga[0]), n) is not stock[n]]
+    if own: raise ValueError(f"This `{type(ga[0]).__name__}` changes fastai's `GradientAccumulation.{own[0]}`, which "
+                             "an accelerated learner runs its own way (its items counted over the processes): use "
+                             "`.accelerate(gradient_accumulation_steps=...)`, or fastai's class as it is")
     if ga and self.n_acc > 1:
-        raise ValueError(f"fastai's `GradientAccumulation(n_acc={ga[0].n_acc})` and `.accelerate(gradient_accumulation_"
-                         f"steps={self.n_acc})` would both accumulate: keep one (`learn.remove_cb(GradientAccumulation)`"
-                         ", or `.accelerate()` without `gradient_accumulation_steps`).")
+        raise ValueError(f"fastai's `GradientAccumulation(n_acc={ga[0].n_acc})` and `.accelerate(gradient_"
+                         f"accumulation_steps={self.n_acc})` would both accumulate: keep one (`learn.remove_cb("
+                         "GradientAccumulation)`, or `.accelerate()` without `gradient_accumulation_steps`).")
     if len(ga) > 1: raise ValueError(f"{len(ga)} `GradientAccumulation` callbacks: keep one")
     if (ga[0] if ga else None) is not self.ga: self.ga = ga[0] if ga else None; self._set_idle()
     check_cpu_bf16(acc, learn.model)
@@ -255,8 +260,12 @@ def after_validate(self:AcceleratorCallback): self.in_loop = False
 # %% ../nbs/08_callback.ipynb #04f3169d
 @patch
 def global_items(self:AcceleratorCallback)->int:
-    "The items of this batch on all the processes that share it"
-    return find_bs(self.learn.yb)*(self.accelerator.num_processes if self.distributed else 1)
+    "The items of this batch on all the processes that share it (a `ShardedDL`'s are the same on each)"
+    learn = self.learn
+    n = find_bs(learn.yb)
+    if not self.distributed: return n
+    if isinstance(learn.dl, ShardedDL): return n*self.accelerator.num_processes
+    return int(learn.reduce(torch.tensor(n, device=self.device), 'sum')) # a torch loader's: summed
 
 @patch
 def before_batch(self:AcceleratorCallback):
@@ -316,7 +325,7 @@ def after_loss(self:AcceleratorCallback):
 
 # %% ../nbs/08_callback.ipynb #5df16d56
 @accelerated_event(GradientAccumulation, 'after_loss', "the items counted over all processes, and whether the batch "
-                   "steps decided at its start, DDP's gradients synced once a step (`AcceleratorCallback.before_batch`)")
+                   "steps decided at its start, DDP's gradients synced once a step (`AcceleratorCallback`)")
 def _accumulation_after_loss(self:GradientAccumulation):
     "Scale the loss to the batch's share of `n_acc` items; count the items of every process"
     learn = self.learn

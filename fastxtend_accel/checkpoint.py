@@ -336,12 +336,12 @@ def after_fit_failed(self:CheckpointCallback, e):
     if not self.on_exception or self.nested or not learn.training or self.done_batch is None: return
     here = f'epoch {learn.epoch}, batch {self.done_batch}' + (' (inside its step)' if self.in_step else '')
     seen = learn.agree_within(f'checkpoint-failure/{self.failure_key}/{self.n_fit}', here, self.agree_seconds)
-    why = (f'on some processes only (the others did not fail within {self.agree_seconds:g} s)' if seen is None else
+    why = (f'on some processes only, or not within {self.agree_seconds:g} s of each other' if seen is None else
            f'at different batches on different processes ({", ".join(seen)})' if len(set(seen)) > 1 else
            'inside an optimizer step' if self.in_step else None)
     if why: return warn(f"CheckpointCallback: the fit raised {kind} {why}: no checkpoint of this failure")
     self._note_order()
     try: self._checkpoint(learn.epoch, self.done_batch, wait=True, stop=kind)
     except Exception as err: return warn(f"CheckpointCallback: the fit raised {kind}; its checkpoint failed: {err!r}")
-    if learn.is_main_process: print(f"CheckpointCallback: the fit raised {kind}; checkpointed after batch "
-                                    f"{self.done_batch} of epoch {learn.epoch}", file=sys.stderr)
+    if learn.is_main_process: print(f"CheckpointCallback: the fit raised {kind}; checkpointed after "
+                                    f"{self.done_batch} batches of epoch {learn.epoch}", file=sys.stderr)

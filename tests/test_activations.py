@@ -2,10 +2,12 @@
 accumulation, compiled, on AWD_LSTM, resumed after a kill (tests/test_checkpoint.py), on 2 processes with DDP and FSDP2,
 compiled (tests/test_fsdp.py). The recomputation runs the same operations on the same random state: equal, bit for bit."""
 import pytest, torch
+from fastai.callback.core import Callback
 from fastai.callback.schedule import fit_one_cycle
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import * # `Learner.compile`
 from fastxtend_accel.activations import ActivationCheckpointing, is_checkpointed
+from fastxtend_accel.patching import compiled_graphs
 from fastxtend_accel.test_utils import synth_learner_digits, synth_text_learner, BlockNet
 
 def blocks_learner(compiled=False, **kwargs):
@@ -16,15 +18,31 @@ def blocks_learner(compiled=False, **kwargs):
     learn.accelerate(**kwargs)
     return learn.compile(backend='aot_eager') if compiled else learn
 
+class SavedBytes(Callback):
+    "The bytes autograd keeps for the backward pass of each training batch (what checkpointing cuts)"
+    order = 100 # the last before the forward pass, and after the loss
+    def before_fit(self): self.seen = []
+    def before_batch(self):
+        if not self.training: return
+        self.n = 0
+        def pack(t): self.n += t.numel()*t.element_size(); return t
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self.hooks.__enter__()
+    def after_loss(self):
+        if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)
+
 def fitted(learn):
-    "The weights and the `Recorder`'s rows after a 2-epoch one-cycle fit; the model checked plain again"
-    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2)
-    assert not any(is_checkpointed(m) for m in learn.model.modules())
-    return [p.detach().clone() for p in learn.model.parameters()],learn.recorder.values
+    "The weights, the `Recorder`'s rows and the bytes saved for backward a batch after a 2-epoch one-cycle fit"
+    saved = SavedBytes()
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2, cbs=saved)
+    assert not any(is_checkpointed(m) for m in learn.model.modules()) # plain again
+    return [p.detach().clone() for p in learn.model.parameters()],learn.recorder.values,saved.seen[0]
 
 def assert_same(a, b):
+    "`b` (checkpointed) trained as `a`, bit for bit, keeping less for the backward pass"
     for x,y in zip(a[0], b[0]): assert torch.equal(x, y)
     assert a[1] == b[1]
+    assert 0 < b[2] < a[2], (a[2], b[2])
 
 @pytest.mark.bf16
 def test_bf16_and_accumulation():
@@ -37,6 +55,9 @@ def test_compiled():
     ac = blocks_learner(compiled=True, activation_checkpointing=True)
     assert_same(fitted(blocks_learner(compiled=True)), fitted(ac))
     assert len(ac.cbs.filter(lambda c: isinstance(c, ActivationCheckpointing))[0].blocks) == 3
+    g0 = compiled_graphs()
+    with ac.no_bar(), ac.no_logging(): ac.fit(1, 1e-3)
+    assert compiled_graphs() == g0 # the same wrappers at the next fit: nothing compiled again
 
 def test_awd_lstm_with_dropout():
     "AWD_LSTM with dropout on its weights and activations, its LSTM layer recomputed with the same dropped weights"

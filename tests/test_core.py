@@ -70,7 +70,7 @@ def test_failure_not_alike_everywhere_not_checkpointed(scenarios):
         assert r['failed_apart']['kept'] == r['failed_late']['kept'] == []
         assert ('at different batches on different processes (epoch 1, batch 2 (inside its step), epoch 1, batch 3)'
                 in r['failed_apart']['warned'][0])
-        assert 'on some processes only (the others did not fail within 1 s)' in r['failed_late']['warned'][0]
+        assert 'on some processes only, or not within 1 s of each other' in r['failed_late']['warned'][0]
 
 def test_batches_kept_in_place(scenarios):
     "A batch already where it goes is not copied: the loaders and `_set_device` use `cpu`, not Accelerate's `cpu:0`"

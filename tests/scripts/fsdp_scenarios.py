@@ -50,6 +50,19 @@ class SyncSpy(Callback):
         self.norm_types.append(type(n).__name__); self.norms.append(n.item())
     def after_fit(self): vars(self.learn.model).pop('set_requires_gradient_sync', None)
 
+class SavedBytes(Callback):
+    "The bytes autograd keeps for the backward pass of each training batch (what activation checkpointing cuts)"
+    order = 100 # the last before the forward pass, and after the loss
+    def before_fit(self): self.seen = []
+    def before_batch(self):
+        if not self.training: return
+        self.n = 0
+        def pack(t): self.n += t.numel()*t.element_size(); return t
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self.hooks.__enter__()
+    def after_loss(self):
+        if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)
+
 # 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
 if launched:
     learn = synth_regression_learner().accelerate(cpu_fsdp_accelerator(mixed_precision='no'))
@@ -167,16 +180,23 @@ for mode in ('ddp', 'fsdp'):
         (out/mode).mkdir(exist_ok=True)
         learn.export(out/mode/'compiled.pkl')
 
-    # 9b. the same, each Linear's activations recomputed in the backward pass: applied before compiling and sharding
+    # 9b. residual blocks' activations recomputed in the backward pass, compiled: applied before the compiled model's
+    # first call traces it and before sharding; the weights of the same compiled fit without it
     if want('activations'):
         from fastxtend_accel.activations import is_checkpointed
-        learn = accelerate(synth_regression_learner(), mode, activation_checkpointing=nn.Linear)
-        learn.compile()
+        from fastxtend_accel.test_utils import BlockNet
         class Seen(Callback):
             def after_batch(self): self.n = sum(map(is_checkpointed, self.learn.model.modules()))
-        learn.fit(2, 1e-2, cbs=(seen := Seen()))
-        r['activations'] = dict(params=params(learn), shards=shards(learn), during=seen.n,
-                                plain_after=not any(is_checkpointed(m) for m in learn.model.modules()))
+        runs = {}
+        for ac in (None, True):
+            learn = synth_learner_digits(n=256, bs=16)
+            torch.manual_seed(0)
+            learn.model = BlockNet(d=32, n=3)
+            accelerate(learn, mode, activation_checkpointing=ac).compile()
+            learn.fit(1, 1e-2, cbs=[seen := Seen(), saved := SavedBytes()])
+            runs[ac] = dict(params=params(learn), shards=shards(learn), during=seen.n, saved=saved.seen[0],
+                            plain_after=not any(is_checkpointed(m) for m in learn.model.modules()))
+        r['activations'] = dict(kept=runs[None], checkpointed=runs[True])
 
 # 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
 if want('env'):
