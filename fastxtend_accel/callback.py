@@ -270,7 +270,9 @@ def global_items(self:AcceleratorCallback)->int:
 @patch
 def before_batch(self:AcceleratorCallback):
     if not self.learn.training or (self.n_acc == 1 and self.ga is None): return
-    if self.ga is not None: self.sync = self.ga.count + self.global_items() >= self.ga.n_acc # fastai's test, ahead
+    if self.ga is not None: # fastai's test, ahead; the items kept for its `after_loss` (a torch loader's: a collective)
+        self.items = self.global_items()
+        self.sync = self.ga.count + self.items >= self.ga.n_acc
     else:
         i,n = self.learn.iter,self.learn.n_iter
         start = i - i%self.n_acc
@@ -329,7 +331,7 @@ def after_loss(self:AcceleratorCallback):
 def _accumulation_after_loss(self:GradientAccumulation):
     "Scale the loss to the batch's share of `n_acc` items; count the items of every process"
     learn = self.learn
-    n = learn.accelerator.global_items()
+    n = learn.accelerator.items # counted at the batch's start
     learn.loss_grad /= self.n_acc/n
     self.count += n
     if self.count >= self.n_acc: self.count = 0

@@ -21,8 +21,8 @@ _all_ = ['accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd', 'run_ran
 __all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_regression_learner',
            'synth_tabular_df', 'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs',
            'synth_text_learner', 'synth_lm_learner', 'digits_images', 'synth_image_learner', 'Chatty', 'Block',
-           'BlockNet', 'StopAt', 'accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd', 'run_ranks',
-           'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for', 'flip_bytes']
+           'BlockNet', 'StopAt', 'SavedBytes', 'accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd',
+           'run_ranks', 'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for', 'flip_bytes']
 
 # %% ../nbs/00a_test_utils.ipynb #aeca2da4
 def tiny_mlp(n_in:int=64, # Input features
@@ -292,3 +292,17 @@ class StopAt(Callback):
         if self.training and self.iter == self.at_iter and self._here(): raise CancelFitException()
     def after_train(self):
         if self.at_iter is None and self._here(): raise CancelFitException()
+
+# %% ../nbs/00a_test_utils.ipynb #64844fad
+class SavedBytes(Callback):
+    "The bytes autograd keeps for the backward pass of each training batch, in `seen`"
+    order = 100 # the last before the forward pass, and after the loss
+    def before_fit(self): self.seen = []
+    def before_batch(self):
+        if not self.training: return
+        self.n = 0
+        def pack(t): self.n += t.numel()*t.element_size(); return t
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self.hooks.__enter__()
+    def after_loss(self):
+        if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)

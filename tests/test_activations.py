@@ -2,13 +2,12 @@
 accumulation, compiled, on AWD_LSTM, resumed after a kill (tests/test_checkpoint.py), on 2 processes with DDP and FSDP2,
 compiled (tests/test_fsdp.py). The recomputation runs the same operations on the same random state: equal, bit for bit."""
 import pytest, torch
-from fastai.callback.core import Callback
 from fastai.callback.schedule import fit_one_cycle
 from fastxtend_accel.core import *
 from fastxtend_accel.compiler import * # `Learner.compile`
 from fastxtend_accel.activations import ActivationCheckpointing, is_checkpointed
 from fastxtend_accel.patching import compiled_graphs
-from fastxtend_accel.test_utils import synth_learner_digits, synth_text_learner, BlockNet
+from fastxtend_accel.test_utils import synth_learner_digits, synth_text_learner, BlockNet, SavedBytes
 
 def blocks_learner(compiled=False, **kwargs):
     "Digits with a `BlockNet` (residual blocks in a `ModuleList`), accelerated with `kwargs`"
@@ -17,19 +16,6 @@ def blocks_learner(compiled=False, **kwargs):
     learn.model = BlockNet(d=32, n=3)
     learn.accelerate(**kwargs)
     return learn.compile(backend='aot_eager') if compiled else learn
-
-class SavedBytes(Callback):
-    "The bytes autograd keeps for the backward pass of each training batch (what checkpointing cuts)"
-    order = 100 # the last before the forward pass, and after the loss
-    def before_fit(self): self.seen = []
-    def before_batch(self):
-        if not self.training: return
-        self.n = 0
-        def pack(t): self.n += t.numel()*t.element_size(); return t
-        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        self.hooks.__enter__()
-    def after_loss(self):
-        if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)
 
 def fitted(learn):
     "The weights, the `Recorder`'s rows and the bytes saved for backward a batch after a 2-epoch one-cycle fit"

@@ -12,7 +12,7 @@ from fastxtend_accel.compiler import *
 from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import local_bytes
 from fastxtend_accel.patching import compiled_graphs
-from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner
+from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner, SavedBytes
 
 defaults.callbacks = [cb for cb in defaults.callbacks if cb is not ProgressCallback] # no progress bars in the test logs
 
@@ -49,19 +49,6 @@ class SyncSpy(Callback):
         n = self.learn.accelerator.accelerator.clip_grad_norm_(self.learn.model.parameters(), 1e9)
         self.norm_types.append(type(n).__name__); self.norms.append(n.item())
     def after_fit(self): vars(self.learn.model).pop('set_requires_gradient_sync', None)
-
-class SavedBytes(Callback):
-    "The bytes autograd keeps for the backward pass of each training batch (what activation checkpointing cuts)"
-    order = 100 # the last before the forward pass, and after the loss
-    def before_fit(self): self.seen = []
-    def before_batch(self):
-        if not self.training: return
-        self.n = 0
-        def pack(t): self.n += t.numel()*t.element_size(); return t
-        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        self.hooks.__enter__()
-    def after_loss(self):
-        if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)
 
 # 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
 if launched:
