@@ -19,3 +19,4 @@ from .profiler import *
 from .ema import *
 from .guard import *
 from .activations import *
+from .microbatch import *

@@ -48,9 +48,11 @@ class AcceleratorCallback(ExtendingCallback):
     order,_default = MixedPrecision.order-5,'accelerator'
     distributed = None # The work is shared between processes now (`AttachedAccelerator`): set by `set_distributed`
     sync = True # This training batch ends its accumulation group: the optimizer steps (read by `CheckpointCallback`)
+    fresh = True # This training batch starts its accumulation group: the gradients hold nothing of earlier batches
     in_loop = False # A fit's own training or validation loop is running (not a callback's own batch)
     shared_eval = False # An evaluation outside a fit is shared between the processes (`Learner.distributed_eval`)
     amp_forward = None # Accelerate's mixed-precision wrapper of the model's `forward`, the same at every fit
+    batch_runner = None # Runs the loop's `batch_pass` over parts of each batch: set for its fits by `MicroBatches`
     # Accelerate's `split_batches` default is a bare `object()`: the parameter is this callback's own
     @delegates(Accelerator, but=['device_placement', 'split_batches'])
     def __init__(self,
@@ -116,7 +118,7 @@ class AcceleratorCallback(ExtendingCallback):
 # `accelerate_option(learn, value)` checks `value` against `learn`, before the `Accelerator` is built (raising leaves
 # everything as it was), and gives the callback that does the work, or None. That callback's `accelerate_option`
 # attribute names the option: `.accelerate()` called again replaces it, as it replaces the `AcceleratorCallback`
-accelerate_options = dict(activation_checkpointing='fastxtend_accel.activations')
+accelerate_options = dict(activation_checkpointing='fastxtend_accel.activations', micro_bs='fastxtend_accel.microbatch')
 
 # %% ../nbs/08_callback.ipynb #7163fa62
 @patch
@@ -271,13 +273,14 @@ def global_items(self:AcceleratorCallback)->int:
 def before_batch(self:AcceleratorCallback):
     if not self.learn.training or (self.n_acc == 1 and self.ga is None): return
     if self.ga is not None: # fastai's test, ahead; the items kept for its `after_loss` (a torch loader's: a collective)
-        self.items = self.global_items()
-        self.sync = self.ga.count + self.items >= self.ga.n_acc
+        ga,self.items = self.ga,self.global_items()
+        self.fresh,self.sync = ga.count == 0,ga.count + self.items >= ga.n_acc
+        ga.count = 0 if self.sync else ga.count + self.items # counted once a batch, however many passes it takes
     else:
         i,n = self.learn.iter,self.learn.n_iter
         start = i - i%self.n_acc
         self.group = min(self.n_acc, n-start)
-        self.sync = i+1 == start+self.group
+        self.fresh,self.sync = i == start,i+1 == start+self.group
     self._no_sync.close()
     if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
 
@@ -329,12 +332,9 @@ def after_loss(self:AcceleratorCallback):
 @accelerated_event(GradientAccumulation, 'after_loss', "the items counted over all processes, and whether the batch "
                    "steps decided at its start, DDP's gradients synced once a step (`AcceleratorCallback`)")
 def _accumulation_after_loss(self:GradientAccumulation):
-    "Scale the loss to the batch's share of `n_acc` items; count the items of every process"
+    "Scale the loss to the batch's share of `n_acc` items, the items of every process (`count`ed at the batch's start)"
     learn = self.learn
-    n = learn.accelerator.items # counted at the batch's start
-    learn.loss_grad /= self.n_acc/n
-    self.count += n
-    if self.count >= self.n_acc: self.count = 0
+    learn.loss_grad /= self.n_acc/learn.accelerator.items # the batch's items, counted at its start
 
 @accelerated_event(GradientAccumulation, 'before_step', "nothing: `AcceleratorCallback` cancelled the steps of the "
                    "batches that accumulate, before fp16's unscaling")

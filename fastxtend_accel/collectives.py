@@ -34,6 +34,7 @@ class AttachedAccelerator(Protocol):
     in_loop:bool # A fit's own training or validation loop is running (not a batch a callback runs itself)
     batch_device:torch.device # Where the loop puts batches: `device` as its tensors name it
     fit_starting:bool # Set by the loop's `fit`: the `before_fit` to come starts a fit, not an evaluation
+    batch_runner:Callable|None # Set by a module for its fits: runs the loop's `batch_pass` over parts of a batch
     def wait_for_everyone(self): "Wait until every process gets here"
     def backward(self, loss): "Back-propagate `loss` (the loop's `_backward`)"
     def step(self): "Step the optimizer (the loop's `_step`)"

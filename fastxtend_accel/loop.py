@@ -14,7 +14,7 @@ from .data import to_device, torch_fetcher, torch_batches
 from .events import call_event, opt_method
 
 # %% auto #0
-__all__ = ['training_fit', 'learner_file_hook', 'learner_file_hooks']
+__all__ = ['trial_fits', 'training_fit', 'learner_file_hook', 'learner_file_hooks']
 
 # %% ../nbs/05a_loop.ipynb #54436f32
 @patch
@@ -27,10 +27,12 @@ def fit(self:ExtendedLearner, n_epoch, lr=None, wd=None, cbs=None, reset_opt=Fal
         self.in_fit = outer
         if self.accelerator is not None and not outer: self.accelerator.restore()
 
+trial_fits = {'lr_finder'} # the names of the callbacks whose fits try something and then put the learner back
+
 def training_fit(learn:Learner # The learner of a callback at `before_fit`
                 )->bool:
-    "Whether `learn`'s `before_fit` starts a fit that trains: not a `validate` or `get_preds`, not `lr_find`"
-    return learn.in_fit and not hasattr(learn, 'lr_finder')
+    "Whether `learn`'s `before_fit` starts a fit that trains: not a `validate` or `get_preds`, not `lr_find`'s"
+    return learn.in_fit and not any(hasattr(learn, n) for n in trial_fits)
 
 # %% ../nbs/05a_loop.ipynb #637b62fd
 @patch
@@ -108,6 +110,25 @@ def _own_loop(learn):
             and learn.__dict__.keys().isdisjoint(_loop_names))
 
 @patch
+def batch_pass(self:ExtendedLearner,
+    forward:Callable|None=None # What runs the model on `xb` (the model itself if None)
+):
+    "The forward pass of `self.xb`, its loss and, training, its backward pass, with their events"
+    self.pred = (forward or self.model)(*self.xb)
+    call_event(self, 'after_pred')
+    if len(self.yb):
+        # fastai's flattened losses wrap their inputs in `TensorBase`: each op a Python `__torch_function__` (489
+        # calls a step, backward included); the same kernels on plain tensors give the same values
+        with plain_tensors() if _plain_loss(self.loss_func) else nullcontext():
+            self.loss_grad = self.loss_func(self.pred, *self.yb)
+        self.loss = self.loss_grad.clone()
+    call_event(self, 'after_loss')
+    if self.training and len(self.yb):
+        try: call_event(self, 'before_backward'); self._backward()
+        except CancelBackwardException: call_event(self, 'after_cancel_backward')
+        call_event(self, 'after_backward')
+
+@patch
 def one_batch(self:ExtendedLearner, i, b):
     "Train or evaluate on batch `b`, the `i`-th of the epoch; in an accelerated fit's own loop, in one function"
     acc = self.accelerator
@@ -120,19 +141,9 @@ def one_batch(self:ExtendedLearner, i, b):
     self._split(self._set_device(b))
     try:
         call_event(self, 'before_batch')
-        self.pred = self.model(*self.xb)
-        call_event(self, 'after_pred')
-        if len(self.yb):
-            # fastai's flattened losses wrap their inputs in `TensorBase`: each op a Python `__torch_function__` (489
-            # calls a step, backward included); the same kernels on plain tensors give the same values
-            with plain_tensors() if _plain_loss(self.loss_func) else nullcontext():
-                self.loss_grad = self.loss_func(self.pred, *self.yb)
-            self.loss = self.loss_grad.clone()
-        call_event(self, 'after_loss')
+        if acc.batch_runner is None: self.batch_pass()
+        else: acc.batch_runner(self.batch_pass) # a client's: the pass in parts
         if self.training and len(self.yb):
-            try: call_event(self, 'before_backward'); self._backward()
-            except CancelBackwardException: call_event(self, 'after_cancel_backward')
-            call_event(self, 'after_backward')
             try: call_event(self, 'before_step'); self._step()
             except CancelStepException: call_event(self, 'after_cancel_step')
             call_event(self, 'after_step')

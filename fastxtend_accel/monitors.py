@@ -199,15 +199,18 @@ class MemoryCallback(EpochColumnsCallback):
     "Peak memory in an epoch's training: allocated and reserved on CUDA, resident (RSS) on CPU; most of any process"
     def columns(self):
         self.on_cuda = _device(self.learn).type == 'cuda'
-        return ['cuda_alloc_mb', 'cuda_reserved_mb'] if self.on_cuda else ['rss_mb', 'rss_peak_mb']
+        self.micro = getattr(self.learn, 'micro_batches', None) # `MicroBatches` (`fastxtend_accel.microbatch`)
+        return (['cuda_alloc_mb', 'cuda_reserved_mb'] if self.on_cuda else ['rss_mb', 'rss_peak_mb']) + (
+            ['micro_bs'] if hasattr(self.micro, 'in_use') else [])
 
     def before_train(self):
         if self.on_cuda: torch.cuda.reset_peak_memory_stats(_device(self.learn))
 
     def row(self):
-        if not self.on_cuda: return [(now := _rss_mb()), max(now, _peak_rss_mb())] # the kernel counts them apart
+        micro = [self.micro.in_use or 0] if 'micro_bs' in self.names else []
+        if not self.on_cuda: return [(now := _rss_mb()), max(now, _peak_rss_mb())] + micro # the kernel counts them apart
         dev = _device(self.learn)
-        return [torch.cuda.max_memory_allocated(dev)/2**20, torch.cuda.max_memory_reserved(dev)/2**20]
+        return [torch.cuda.max_memory_allocated(dev)/2**20, torch.cuda.max_memory_reserved(dev)/2**20] + micro
 
     def summary(self, rows): return dict(zip(self.names, rows.max(0).values.tolist()))
 

@@ -4,7 +4,8 @@
 
 # %% ../nbs/00a_test_utils.ipynb #3b469aaa
 from __future__ import annotations
-import os, sys
+import os, sys, re, resource, ctypes
+from contextlib import contextmanager
 from pathlib import Path
 import torch
 from torch import nn
@@ -21,8 +22,9 @@ _all_ = ['accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd', 'run_ran
 __all__ = ['app_learners', 'tiny_mlp', 'digits_tensors', 'synth_learner_digits', 'datablock_learner', 'synth_regression_learner',
            'synth_tabular_df', 'synth_tabular_learner', 'synth_ratings', 'synth_collab_learner', 'synth_token_seqs',
            'synth_text_learner', 'synth_lm_learner', 'digits_images', 'synth_image_learner', 'Chatty', 'Block',
-           'BlockNet', 'StopAt', 'SavedBytes', 'accelerate_launch_cmd', 'free_port', 'kill_group', 'run_cmd',
-           'run_ranks', 'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for', 'flip_bytes']
+           'BlockNet', 'StopAt', 'SavedBytes', 'memory_limit', 'synth_wide_learner', 'accelerate_launch_cmd',
+           'free_port', 'kill_group', 'run_cmd', 'run_ranks', 'signal_proc', 'start_cmd', 'torchrun_cmd', 'wait_for',
+           'flip_bytes']
 
 # %% ../nbs/00a_test_utils.ipynb #aeca2da4
 def tiny_mlp(n_in:int=64, # Input features
@@ -306,3 +308,32 @@ class SavedBytes(Callback):
         self.hooks.__enter__()
     def after_loss(self):
         if self.training: self.hooks.__exit__(None, None, None); self.seen.append(self.n)
+
+# %% ../nbs/00a_test_utils.ipynb #7d7904de
+@contextmanager
+def memory_limit(extra:int # Bytes this process may take beyond what it has now
+                ):
+    "Inside, allocations past `extra` more bytes fail as on a full machine (Linux: the address space is capped)"
+    # glibc: blocks over 128 KiB mapped apart, their address space given back when freed, as a device's allocator
+    # gives its memory back (else glibc raises this threshold as blocks are freed, and keeps freed memory in its heap)
+    try: ctypes.CDLL(None).mallopt(-3, 128*1024) # M_MMAP_THRESHOLD
+    except (OSError, AttributeError): pass
+    torch.ones(2**20).sum() # torch's worker threads started first: their stacks are address space too
+    vm = int(re.search(r'VmSize:\s+(\d+) kB', Path('/proc/self/status').read_text())[1])*1024
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + extra, old[1]))
+    try: yield
+    finally: resource.setrlimit(resource.RLIMIT_AS, old)
+
+def synth_wide_learner(n:int=2048, # Items, a quarter of them for validation
+                       bs:int=512, # Batch size
+                       width:int=32768, # The hidden layer's width: 4*`width` bytes an item, 4 times over in a step
+                       seed:int=0, # Seed of the data, the split and the initial weights
+                       **kwargs # Passed to `Learner`
+                      )->Learner:
+    "A `Learner` with a wide one-hidden-layer MLP on random data (64 inputs, 10 classes): memory that grows with `bs`"
+    set_seed(seed)
+    x,y = torch.randn(n, 64),torch.randint(0, 10, (n,))
+    dsets = Datasets(range_of(x), [[x.__getitem__], [y.__getitem__]], splits=[list(range(n//4, n)), list(range(n//4))])
+    return Learner(dsets.dataloaders(bs=bs, device='cpu'), tiny_mlp(64, width, 10), loss_func=nn.CrossEntropyLoss(),
+                   **{'metrics': accuracy, **kwargs})
