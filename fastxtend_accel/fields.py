@@ -10,7 +10,7 @@ from fastai.callback.tracker import TrackerCallback, EarlyStoppingCallback, Save
 # %% auto #0
 __all__ = ['checkpoint_fields', 'obj_state', 'set_obj_state', 'callback_states', 'restore_callbacks', 'tensor_callbacks',
            'callback_tensors', 'restore_callback_tensors', 'recorder_state', 'restore_recorder', 'model_desc',
-           'check_model']
+           'check_model', 'norm_stats', 'set_norm_stats']
 
 # %% ../nbs/12_fields.ipynb #776162a1
 checkpoint_fields = {TrackerCallback: ('best',), EarlyStoppingCallback: ('wait',), ReduceLROnPlateau: ('wait',),
@@ -112,3 +112,18 @@ def check_model(desc:dict, # What `model_desc` gave for the checkpoint's model
     raise ValueError(f"Checkpoint {path} is of another model: " + '; '.join(filter(None, [
         f"missing {missing[:5]}" if missing else '', f"unexpected {extra[:5]}" if extra else '',
         '; '.join(shapes[:5])])))
+
+# %% ../nbs/12_fields.ipynb #a9d4dc71
+def norm_stats(model:nn.Module)->dict:
+    "The running statistics of `model`'s normalization layers (BatchNorm's), by name, as CPU copies"
+    return {f'{p}.{n}' if p else n: b.detach().to('cpu', copy=True) for p,m in get_model(model).named_modules()
+            if isinstance(m, nn.modules.batchnorm._NormBase) for n,b in m.named_buffers(recurse=False)}
+
+@torch.no_grad()
+def set_norm_stats(model:nn.Module, # The model whose normalization layers get their statistics back
+                   stats:dict # What `norm_stats` gave
+                  ):
+    "Put back the running statistics `norm_stats` kept, where `model` has them"
+    buffers = dict(get_model(model).named_buffers())
+    for n,v in stats.items():
+        if n in buffers: buffers[n].copy_(v)

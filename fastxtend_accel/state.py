@@ -85,7 +85,9 @@ def _save_state(self:Learner, path, tmp, position, async_save):
     # every file of this process goes through it, checksummed as it is written; a store's small files are uploaded with the
     # tensors, in the background for `async_save`
     fs = ChecksumFS(StoreFS(str(tmp)), later=True) if store else ChecksumFS()
-    write_state_file(rng_state(self), tmp/f'rng-{_rank(self)}.pt', 'random state', save=fs.save)
+    # this process's own: random states, normalization statistics
+    write_state_file(dict(rng_state(self), norm=norm_stats(self.model)), tmp/f'rng-{_rank(self)}.pt', 'random state',
+                     save=fs.save)
     tensors = dict(model=get_model(self.model).state_dict())
     if cbs := callback_tensors(self): tensors['cbs'] = cbs # callbacks' own: a moving average of the weights...
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
@@ -187,6 +189,7 @@ def load_state(self:Learner,
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])
     restore_recorder(self, state['recorder'])
     same_world = state['world_size'] == _world(self)
+    if same_world and rng.get('norm'): set_norm_stats(model, rng['norm']) # each process's own (else process 0's)
     self.recorder.smooth_loss.resume_own(rng.get('own_smooth') if same_world else None) # else each starts from the mean
     restore_callbacks(self, state['cbs'])
     restore_callback_tensors(self, tensors.get('cbs', {}))

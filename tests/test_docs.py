@@ -75,6 +75,16 @@ def test_every_notebook_has_a_page(visited):
     want = {nbpath2html(Path(p).relative_to(nbs)).as_posix() for p in nbglob(nbs)}
     assert 'index.html' in want and want <= set(visited), sorted(want - set(visited))
 
+def test_sidebar_for_users(visited):
+    "The sidebar as users read it (tutorial, how-to guides, reference, explanation), the internals last; every page in it"
+    page = visited['index.html']
+    assert re.findall(r'<span class="caption-text">([^<]+)</span>', page['html']) == [
+        'Tutorial', 'How-to guides', 'Reference', 'Explanation', 'Internals']
+    linked = {urlsplit(l).path.lstrip('/') for l in page['links']}
+    assert {'tutorial.html', 'guides/migrating.html', 'checkpoint.html', 'microbatch.html'} <= linked
+    own = {'index.html', 'search.html', 'genindex.html', 'py-modindex.html'} # Sphinx's, and the landing page
+    assert sorted(n for n in visited if n not in own and n not in linked) == []
+
 def test_pages_load_without_errors(visited):
     bad = {n: (v['status'], v['errors']) for n,v in visited.items() if v['status'] != 200 or v['errors']}
     assert not bad, bad
@@ -111,18 +121,19 @@ def test_api_reference_rendered(visited):
     assert 'learner.accelerate' in page['ids']
     assert 'def accelerate(' in page['text'] and 'split_batches:bool=False' in page['text']
 
-def test_search_finds_accelerate(base, browser):
-    "Type into the search box as a reader does; Sphinx's search, in the page, lists the pages of `Learner.accelerate`"
-    page = browser.new_page()
-    page.goto(base + 'index.html')
-    box = page.locator('input[name="q"]').first
-    box.fill('accelerate')
+@pytest.mark.parametrize('word,page', [('accelerate', 'callback.html'), ('CheckpointCallback', 'checkpoint.html')])
+def test_search_finds(base, browser, word, page):
+    "Type into the search box as a reader does; Sphinx's search, in the page, lists the page that teaches `word`"
+    tab = browser.new_page()
+    tab.goto(base + 'index.html')
+    box = tab.locator('input[name="q"]').first
+    box.fill(word)
     box.press('Enter')
-    page.wait_for_url('**/search.html?q=accelerate*')
-    hits = page.locator('#search-results li')
+    tab.wait_for_url(f'**/search.html?q={word}*')
+    hits = tab.locator('#search-results li')
     hits.first.wait_for(timeout=20_000)
-    assert hits.count() > 0 and page.locator('#search-results a[href*="callback.html"]').count() > 0
-    page.close()
+    assert hits.count() > 0 and tab.locator(f'#search-results a[href*="{page}"]').count() > 0
+    tab.close()
 
 def test_doc_link_lands_on_its_entry(base, browser):
     "A backticked name's link scrolls to its API entry (Furo scrolls smoothly: wait until it arrives)"

@@ -117,13 +117,27 @@ def _stage_nb(nb, page, anchors, git_url):
             cells.append(_cell('code', src, outs, tags + (['hide-input'] if dirs.get('code-fold') else [])))
     return dict(nb, cells=cells, nbformat=4, nbformat_minor=5)
 
+# The sidebar, laid out for users: a tutorial, how-to guides, the reference of what they call, explanations; the
+# book's other modules (what the library is built of) under Internals, in nbdev's order
+sections = {
+    'Tutorial': ['tutorial'],
+    'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/checkpoints', 'guides/fsdp2',
+                      'guides/tpu', 'guides/evaluation'],
+    'Reference': ['core', 'callback', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog', 'monitors', 'trackers',
+                  'profiler', 'ema', 'guard', 'activations', 'microbatch'],
+    'Explanation': ['architecture', 'guides/benchmarks'],
+}
+
 def _toctrees(pages):
-    "The site's navigation: the top folder's pages in nbdev's order (file names), then a captioned list per subfolder"
-    res = []
-    for d,g in itertools.groupby([p for p in pages if p != 'index'], key=os.path.dirname):
-        caption = f":caption: {d.replace('_', ' ').title()}\n" if d else ''
-        res.append("```{toctree}\n:hidden:\n:maxdepth: 2\n" + caption + '\n' + '\n'.join(g) + '\n```')
-    return '\n\n'.join(res)
+    "The site's navigation: `sections` in their order, then every other page under Internals"
+    listed = [p for ps in sections.values() for p in ps]
+    if gone := [p for p in listed if p not in pages]:
+        sys.exit(f"`sections` in tools/docs.py lists pages that are gone: {gone}")
+    if lost := [p for p in pages if p.startswith('guides/') and p not in listed]:
+        sys.exit(f"Guides missing from `sections` in tools/docs.py (they would land under Internals): {lost}")
+    groups = [*sections.items(), ('Internals', [p for p in pages if p != 'index' and p not in listed])]
+    return '\n\n'.join("```{toctree}\n:hidden:\n:maxdepth: 2\n" + f":caption: {c}\n\n" + '\n'.join(ps) + '\n```'
+                       for c,ps in groups)
 
 def stage(proc='_proc', dest='_build/docs'):
     "Write the notebooks Sphinx renders from the processed ones, `index` holding the navigation"
