@@ -160,7 +160,7 @@ _page_link = re.compile(r'\]\((?!https?:|/|#)([\w./-]+)\.html(#[^)\s]*)?\)') # a
 
 def notebook_pages(nbs):
     "The notebook each page of the site is made from, by page name (`guides/checkpoints`): nbdev drops a number prefix"
-    return {(p.parent.relative_to(nbs)/re.sub(r'^\d+_', '', p.stem)).as_posix(): p
+    return {(p.parent.relative_to(nbs)/re.sub(r'^\d+[a-z]*_', '', p.stem)).as_posix(): p
             for p in Path(nbs).glob('**/*.ipynb') if not p.name.startswith(('_', '.'))}
 
 def _readme_links(md, doc_url, pages=None):
@@ -172,7 +172,7 @@ def _readme_links(md, doc_url, pages=None):
     def page(m):
         target,frag = m.groups()
         if doc_url: return f'({doc_url.rstrip("/")}/{target}.html{frag or ""})'
-        return f'({pages[target]})' if pages and target in pages else m.group(0)
+        return f'({pages[target]})' if pages and target in pages else m.group(0)[1:]
     return _page_link.sub(lambda m: ']' + page(m), _doc_link.sub(fix, md))
 
 def readme(nb, doc_url='', files=None, pages=None):
