@@ -184,3 +184,12 @@ def test_bench_activations_smoke():
         for c in (kept, ckpt): assert re.fullmatch(NUM, c[0]) and float(c[0]) > 0, out
         assert float(ckpt[0]) < float(kept[0]), out # measured 0.46x-0.71x (bench/bench_activations.py's defaults)
     assert len(re.findall(rf'checkpointed / kept: memory {NUM}x, time {NUM}x', out)) == 3
+
+def test_bench_microbatch_smoke():
+    "Each model's three rows; in quarters, a step's peak memory is below the whole batch's"
+    out = bench('bench_microbatch.py', '--steps', 3, '--repeats', 1)
+    for i,quarter in enumerate(['micro_bs=64', 'micro_bs=16']): # a quarter of the MLP's 256, of the CNN's 64
+        whole,quarter = cells(out, 'whole batches', i),cells(out, quarter)
+        for c in (whole, quarter): assert re.fullmatch(NUM, c[0]) and float(c[0]) > 0, out
+        assert float(quarter[0]) < float(whole[0]), out # measured 0.25x (bench/bench_microbatch.py's defaults)
+    assert len(re.findall(rf'quarters / whole: memory {NUM}x, time {NUM}x; auto / whole: time {NUM}x', out)) == 2

@@ -7,6 +7,11 @@ import pytest, torch
 from conftest import SCRIPTS
 from fastxtend_accel.test_utils import torchrun_cmd, run_cmd, run_ranks, start_cmd, wait_for, kill_group
 from fastxtend_accel.checkpoint import latest_checkpoint
+from fastxtend_accel.core import *
+from fastxtend_accel.compiler import * # `Learner.compile`
+from fastxtend_accel.patching import compiled_graphs
+from fastxtend_accel.test_utils import synth_wide_learner
+from fastai.optimizer import SGD
 
 @pytest.fixture(scope='module')
 def ranks(tmp_path_factory):
@@ -67,3 +72,19 @@ def test_kill_after_back_off_resumes_exactly(tmp_path):
     want = torch.load(ref/'final.pt', weights_only=False)
     for a,b in zip(res['params'], want['params']): assert torch.equal(a, b)
     assert res['values'] == want['values']
+
+def test_compiled_micro_batches():
+    """Micro-batches of a compiled model: the eager fit's weights and metrics; equal parts: a graph for training (and one
+    for validation), none more at the next fit"""
+    def fitted(compiled):
+        learn = synth_wide_learner(n=1024, width=256, opt_func=SGD).accelerate(micro_bs=128) # 3 batches of 512 a fit
+        if compiled: learn.compile(backend='aot_eager')
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+        return learn
+    eager,g0 = fitted(False),compiled_graphs()
+    compiled = fitted(True)
+    assert compiled_graphs() - g0 == 2 # micro-batches of 128 in training; the validation's 256 items in eval mode
+    for a,b in zip(eager.model.parameters(), compiled.model.parameters()): assert torch.equal(a, b)
+    assert eager.recorder.values == compiled.recorder.values
+    with compiled.no_bar(), compiled.no_logging(): compiled.fit(1, 1e-2)
+    assert compiled_graphs() - g0 == 2
