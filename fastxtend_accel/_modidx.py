@@ -776,6 +776,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                             'fastxtend_accel.microbatch._buckets': ( 'microbatch.html#_buckets',
                                                                                      'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch._cut': ('microbatch.html#_cut', 'fastxtend_accel/microbatch.py'),
+                                            'fastxtend_accel.microbatch._in_buckets': ( 'microbatch.html#_in_buckets',
+                                                                                        'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch._joined': ( 'microbatch.html#_joined',
                                                                                     'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch._on': ('microbatch.html#_on', 'fastxtend_accel/microbatch.py'),

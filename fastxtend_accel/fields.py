@@ -116,8 +116,9 @@ def check_model(desc:dict, # What `model_desc` gave for the checkpoint's model
 # %% ../nbs/12_fields.ipynb #a9d4dc71
 def norm_stats(model:nn.Module)->dict:
     "The running statistics of `model`'s normalization layers (BatchNorm's), by name, as CPU copies"
+    running = lambda m: 'running_mean' in dict(m.named_buffers(recurse=False)) # BatchNorm's, InstanceNorm's
     return {f'{p}.{n}' if p else n: b.detach().to('cpu', copy=True) for p,m in get_model(model).named_modules()
-            if isinstance(m, nn.modules.batchnorm._NormBase) for n,b in m.named_buffers(recurse=False)}
+            if running(m) for n,b in m.named_buffers(recurse=False)}
 
 @torch.no_grad()
 def set_norm_stats(model:nn.Module, # The model whose normalization layers get their statistics back

@@ -8,7 +8,6 @@ import gc, itertools, math, tempfile
 from contextlib import ExitStack, nullcontext
 import torch
 import torch.distributed as dist
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from fastai.basics import *
 from .extension import ExtendingCallback
 from .loop import _own_loop, trial_fits
@@ -175,11 +174,6 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
     return _joined(preds),loss
 
 # %% ../nbs/16j_microbatch.ipynb #6db247ed
-def _sync_buffers(model):
-    "DDP's broadcast of process 0's buffers (BatchNorm's statistics), done at each forward pass that syncs"
-    if getattr(model, 'broadcast_buffers', False) and len(getattr(model, 'modules_buffers', [])):
-        model._sync_buffers()
-
 def _buckets(tensors, cap=25*2**20):
     "`tensors` in consecutive groups of one dtype and device, each up to `cap` bytes (DDP's bucket size) or one tensor"
     res,size,kind = [],0,None
@@ -190,15 +184,24 @@ def _buckets(tensors, cap=25*2**20):
     return res
 
 @torch.no_grad()
+def _in_buckets(tensors, op):
+    "Run `op`, a collective in place, on `tensors` joined a bucket at a time; the results copied back"
+    for bucket in _buckets(tensors):
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        op(flat)
+        for t,v in zip(bucket, flat.split([t.numel() for t in bucket])): t.copy_(v.view_as(t))
+
+def _sync_buffers(model):
+    "DDP's broadcast of process 0's buffers (BatchNorm's statistics), done at each forward pass that syncs"
+    if getattr(model, 'broadcast_buffers', False):
+        _in_buckets(list(get_model(model).buffers()), partial(dist.broadcast, src=0))
+
 def _all_reduce_grads(model, world):
     "The gradients averaged over the processes, as DDP's backward does: divided by the processes, then summed"
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None: p.grad = torch.zeros_like(p) # unused on this process: every process sends the same layout
-    for bucket in _buckets([p.grad for p in params]):
-        flat = _flatten_dense_tensors(bucket).div_(world)
-        dist.all_reduce(flat)
-        for g,v in zip(bucket, _unflatten_dense_tensors(flat, bucket)): g.copy_(v)
+    _in_buckets([p.grad for p in params], lambda t: dist.all_reduce(t.div_(world)))
 
 # %% ../nbs/16j_microbatch.ipynb #50f1c25c
 @patch
