@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from fastai.basics import *
 from fastxtend_accel.core import *
-from fastxtend_accel.checksums import checksum_algos
+from fastxtend_accel.checkpoint.checksums import checksum_algos
 from fastxtend_accel.checkpoint import CheckpointCallback
 
 p = argparse.ArgumentParser()

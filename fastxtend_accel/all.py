@@ -5,13 +5,6 @@ from .fsdp import *
 from .fsdp_values import *
 from .xla import *
 from .compiler import *
-from .codec import *
-from .rng import *
-from .fields import *
-from .dcp_io import *
-from .checksums import *
-from .state import *
-from .resume import *
 from .checkpoint import *
 from .monitors import *
 from .trackers import *

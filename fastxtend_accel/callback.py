@@ -17,6 +17,7 @@ from accelerate import Accelerator
 from .patching import *
 from .extension import *
 from .data import *
+from .fetching import fetching, placing
 from .collectives import *
 from .evaluation import *
 from .accelerator import *
@@ -113,14 +114,13 @@ class AcceleratorCallback(ExtendingCallback):
         if self._batch_device is None: self._batch_device = batch_device(self.device) # `cuda`: CUDA starts here
         return self._batch_device
 
-# %% ../nbs/08_callback.ipynb #f06adeb8
+# %% ../nbs/08_callback.ipynb #7163fa62
 # `.accelerate()` options that a module of their own owns, imported only when the option is given: its
 # `accelerate_option(learn, value)` checks `value` against `learn`, before the `Accelerator` is built (raising leaves
 # everything as it was), and gives the callback that does the work, or None. That callback's `accelerate_option`
 # attribute names the option: `.accelerate()` called again replaces it, as it replaces the `AcceleratorCallback`
 accelerate_options = dict(activation_checkpointing='fastxtend_accel.activations', micro_bs='fastxtend_accel.microbatch')
 
-# %% ../nbs/08_callback.ipynb #7163fa62
 @patch
 @delegates(AcceleratorCallback)
 def accelerate(self:Learner,
@@ -258,84 +258,3 @@ def after_train(self:AcceleratorCallback):
 
 @patch
 def after_validate(self:AcceleratorCallback): self.in_loop = False
-
-# %% ../nbs/08_callback.ipynb #04f3169d
-@patch
-def global_items(self:AcceleratorCallback)->int:
-    "The items of this batch on all the processes that share it (a `ShardedDL`'s are the same on each)"
-    learn = self.learn
-    n = find_bs(learn.yb)
-    if not self.distributed: return n
-    if isinstance(learn.dl, ShardedDL): return n*self.accelerator.num_processes
-    return int(learn.reduce(torch.tensor(n, device=self.device), 'sum')) # a torch loader's: summed
-
-@patch
-def before_batch(self:AcceleratorCallback):
-    if not self.learn.training or (self.n_acc == 1 and self.ga is None): return
-    if self.ga is not None: # fastai's test, ahead; the items kept for its `after_loss` (a torch loader's: a collective)
-        ga,self.items = self.ga,self.global_items()
-        self.fresh,self.sync = ga.count == 0,ga.count + self.items >= ga.n_acc
-        ga.count = 0 if self.sync else ga.count + self.items # counted once a batch, however many passes it takes
-    else:
-        i,n = self.learn.iter,self.learn.n_iter
-        start = i - i%self.n_acc
-        self.group = min(self.n_acc, n-start)
-        self.fresh,self.sync = i == start,i+1 == start+self.group
-    self._no_sync.close()
-    if not self.sync: self._no_sync.enter_context(self.accelerator.no_sync(self.learn.model))
-
-@patch
-def after_batch(self:AcceleratorCallback):
-    self._no_sync.close()
-    if self.xla: xla_sync() # after fastai's `zero_grad`, before the `Recorder` reads the loss
-
-# %% ../nbs/08_callback.ipynb #7729d484
-@patch
-def backward(self:AcceleratorCallback, loss):
-    "`Accelerator.backward` on `loss`, averaged over the batches of its accumulation group"
-    acc = self.accelerator
-    scale = acc.gradient_accumulation_steps/self.group # Accelerate divides by its steps; we want the group's size
-    acc.backward(loss if scale == 1 else loss*scale)
-
-# %% ../nbs/08_callback.ipynb #8af71e70
-@patch
-def before_step(self:AcceleratorCallback):
-    if not self.sync: raise CancelBatchException() # accumulate: no step, no zero_grad
-    if self.accelerator.scaler is not None: self.accelerator.scaler.unscale_(self.learn.opt)
-
-@patch
-def step(self:AcceleratorCallback):
-    "Step the optimizer, through Accelerate's `AcceleratedOptimizer` where it has work to do"
-    if self.plain_step: return opt_method(self.learn.opt, 'step')()
-    self.acc_opt.step()
-    # the fp16 scaler found inf/NaN gradients and skipped the step: cancelled, as fastai's `MixedPrecision` cancels it
-    if self.acc_opt.step_was_skipped: raise CancelStepException()
-
-# %% ../nbs/08_callback.ipynb #6c226895
-@patch
-def after_pred(self:AcceleratorCallback):
-    learn = self.learn
-    if learn.training or not isinstance(learn.dl, ShardedDL): return
-    n = learn.dl.n_real(learn.dl.rank)
-    if n == find_bs(learn.pred): return
-    cut = lambda b: apply(lambda o: o[:n] if isinstance(o, Tensor) and o.ndim else o, b)
-    learn.pred,learn.yb,learn.xb = cut(learn.pred),cut(learn.yb),cut(learn.xb)
-
-@patch
-def after_loss(self:AcceleratorCallback):
-    learn = self.learn
-    # reduced loss of nothing: nan
-    if not learn.training and len(learn.yb) and find_bs(learn.yb) == 0 and learn.loss.ndim == 0:
-        learn.loss = learn.loss_grad = learn.loss.new_zeros(())
-
-# %% ../nbs/08_callback.ipynb #5df16d56
-@accelerated_event(GradientAccumulation, 'after_loss', "the items counted over all processes, and whether the batch "
-                   "steps decided at its start, DDP's gradients synced once a step (`AcceleratorCallback`)")
-def _accumulation_after_loss(self:GradientAccumulation):
-    "Scale the loss to the batch's share of `n_acc` items, the items of every process (`count`ed at the batch's start)"
-    learn = self.learn
-    learn.loss_grad /= self.n_acc/learn.accelerator.items # the batch's items, counted at its start
-
-@accelerated_event(GradientAccumulation, 'before_step', "nothing: `AcceleratorCallback` cancelled the steps of the "
-                   "batches that accumulate, before fp16's unscaling")
-def _accumulation_before_step(self:GradientAccumulation): pass

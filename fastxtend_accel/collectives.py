@@ -15,7 +15,7 @@ import accelerate.utils as au
 from .extension import note_change
 
 # %% auto #0
-__all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction']
+__all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction', 'sync_buffers', 'all_reduce_grads']
 
 # %% ../nbs/02_collectives.ipynb #45637cec
 Learner.accelerator = None
@@ -140,6 +140,36 @@ def agree_within(self:Learner,
     while not store.check([f'{k}/decision']) and time.monotonic() < deadline: time.sleep(0.05)
     if store.compare_set(f'{k}/decision', '', 'late') != b'all': return None
     return [store.get(f'{k}/{r}').decode() for r in range(n)]
+
+# %% ../nbs/02_collectives.ipynb #6db247ed
+def _buckets(tensors, cap=25*2**20):
+    "`tensors` in consecutive groups of one dtype and device, each up to `cap` bytes (DDP's bucket size) or one tensor"
+    res,size,kind = [],0,None
+    for t in tensors:
+        nb = t.numel()*t.element_size()
+        if not res or size+nb > cap or (t.dtype,t.device) != kind: res.append([]); size,kind = 0,(t.dtype,t.device)
+        res[-1].append(t); size += nb
+    return res
+
+@torch.no_grad()
+def _in_buckets(tensors, op):
+    "Run `op`, a collective in place, on `tensors` joined a bucket at a time; the results copied back"
+    for bucket in _buckets(tensors):
+        flat = torch.cat([t.reshape(-1) for t in bucket])
+        op(flat)
+        for t,v in zip(bucket, flat.split([t.numel() for t in bucket])): t.copy_(v.view_as(t))
+
+def sync_buffers(model):
+    "DDP's broadcast of process 0's buffers (BatchNorm's statistics), done at each forward pass that syncs"
+    if getattr(model, 'broadcast_buffers', False):
+        _in_buckets(list(get_model(model).buffers()), partial(dist.broadcast, src=0))
+
+def all_reduce_grads(model, world):
+    "The gradients averaged over the processes, as DDP's backward does: divided by the processes, then summed"
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None: p.grad = torch.zeros_like(p) # unused on this process: every process sends the same layout
+    _in_buckets([p.grad for p in params], lambda t: dist.all_reduce(t.div_(world)))
 
 # %% ../nbs/02_collectives.ipynb #da6d921a
 def _settle_before_fork():

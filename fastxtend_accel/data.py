@@ -8,22 +8,16 @@ import math, random, sys
 from copy import copy
 import torch
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, TensorDataset, default_collate
+from torch.utils.data import RandomSampler, SequentialSampler, TensorDataset, default_collate
 from fastai.basics import *
-import fastai.data.load
 from fastai.distributed import DistributedDL
 from accelerate import PartialState
 from accelerate.data_loader import DataLoaderShard, DataLoaderDispatcher
 import accelerate.utils as au
-from contextlib import contextmanager
-from types import MethodType
-from .patching import epoch_order, own_fake_loader
-from .extension import note_change
-from .items import item_maker, batch_maker, column_batches, _hook, _fastai_hooks, _kept
+from .patching import own_fake_loader
 
 # %% auto #0
-__all__ = ['is_lm_loader', 'ShardedDL', 'TorchBatchDL', 'batch_device', 'shard_dl', 'batch_fetcher', 'fetching', 'torch_fetcher',
-           'torch_batches', 'to_device', 'placing']
+__all__ = ['is_lm_loader', 'ShardedDL', 'plain_rows', 'tensor_rows', 'fetch_rows', 'TorchBatchDL', 'batch_device', 'shard_dl']
 
 # %% ../nbs/03_data.ipynb #b6913d79
 def is_lm_loader(dl):
@@ -174,14 +168,14 @@ def _plain_sampler(dl):
             and getattr(dl.sampler, 'generator', None) is None
             and not isinstance(dl.dataset, torch.utils.data.IterableDataset))
 
-def _plain_rows(t):
+def plain_rows(t):
     "Whether `t[idxs]` is what `torch.stack` makes of the rows `t[i]` one by one: same values, same layout"
     return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
 
-def _tensor_rows(ds):
+def tensor_rows(ds):
     "`[(t, None)]` for each tensor of `TensorDataset` `ds` if indexing them with a batch is stacking their rows, else None"
     # a `__getitems__` given to the dataset itself is what torch's fetch calls instead of its items
-    if type(ds) is TensorDataset and getattr(ds, '__getitems__', None) is None and all(map(_plain_rows, ds.tensors)):
+    if type(ds) is TensorDataset and getattr(ds, '__getitems__', None) is None and all(map(plain_rows, ds.tensors)):
         return [(t, None) for t in ds.tensors]
 
 def _select(t, i):
@@ -190,7 +184,7 @@ def _select(t, i):
     # on a GPU an index out of range is a device-side assert there, where torch's per-item fetch raises an `IndexError`
     return t.index_select(0, i) if t.is_cpu else t[i]
 
-def _fetch_rows(rows, collect=tuple):
+def fetch_rows(rows, collect=tuple):
     "The function from a batch's indices to `collect` of `t[items[idxs]]` (`t[idxs]` where `items` is None) for `rows`"
     def _fetch(idxs):
         i = _index(idxs) # one conversion of the list, not one a tensor
@@ -203,9 +197,9 @@ class TorchBatchDL(DataLoader):
     "A torch `DataLoader`'s dataset and `collate_fn` as a fastai `DataLoader`, fetching a batch at a time as torch does"
     def create_batches(self, samps):
         ds = self.dataset
-        if self.create_batch is default_collate and (rows := _tensor_rows(ds)) is not None:
+        if self.create_batch is default_collate and (rows := tensor_rows(ds)) is not None:
             # what torch's collate makes of the rows: each tensor's stack, in a list
-            yield from map(_fetch_rows(rows, list), self.chunkify(samps))
+            yield from map(fetch_rows(rows, list), self.chunkify(samps))
             return
         fetch = getattr(ds, '__getitems__', None) or (lambda idxs: [ds[i] for i in idxs])
         for b in self.chunkify(samps): yield self.create_batch(fetch(b))
@@ -234,119 +228,3 @@ def shard_dl(dl, # A fastai or torch `DataLoader`
                          split_batches=getattr(acc, 'split_batches', False))
     raise TypeError(f"Can't shard a {type(dl).__name__} across processes: use a fastai `DataLoader` or a torch "
                     "`DataLoader`")
-
-# %% ../nbs/03_data.ipynb #4a9717fd
-def _default_hooks(dl):
-    "Whether `dl` makes items and batches as fastai's `DataLoader` does: no hook of its own, empty transform pipelines"
-    return all(h is None or (h is not False and not h.fs) for h in (_hook(dl, n) for n in _fastai_hooks))
-
-def _getter_rows(tl):
-    "`(t, items)` if `TfmdLists` `tl` gives item `k` as `t[items[k]]` (one plain getter over tensor `t`), else None"
-    if type(tl) is not TfmdLists or type(tl.tfms) is not Pipeline or len(tl.tfms.fs) != 1 or '_after_item' in vars(tl):
-        return None
-    tfm = tl.tfms.fs[0]
-    enc = getattr(tfm, 'encodes', None)
-    if type(tfm) is not Transform or tfm.split_idx is not None or hasattr(tfm, 'decodes'): return None
-    if len(getattr(enc, 'methods', ())) != 1: return None
-    f = getattr(enc, '_f', None) # the function `Transform(f)` was made of
-    t = getattr(f, '__self__', None)
-    if not (_plain_rows(t) and f == t.__getitem__): return None
-    if type(tl.items) is not list or set(map(type, tl.items)) != {int}: return None
-    return t,torch.tensor(tl.items)
-
-def batch_fetcher(dl # A fastai `DataLoader`
-                 ):
-    "The function from a batch's indices to the batch `dl` makes item by item, where one indexing does it; else None"
-    if not (dl.indexed and not dl.prebatched and _default_hooks(dl)): return None
-    ds = dl.dataset
-    if (rows := _tensor_rows(ds)) is not None: return _fetch_rows(rows)
-    if type(ds) is Datasets:
-        rows = [_getter_rows(tl) for tl in ds.tls]
-        if None not in rows: return _fetch_rows(rows)
-    return None
-
-# %% ../nbs/03_data.ipynb #7846c88a
-def _sample(self:DataLoader):
-    "The epoch's indices this process makes batches of: all of them without workers (or with one), as fastai's"
-    # fastai's keeps every index whose batch number modulo `num_workers` is `offs`, one generator step an index
-    if self.num_workers == 1 and self.offs == 0: return iter(epoch_order(self))
-    return DataLoader.sample(self)
-
-def _create_batches(self:DataLoader, samps):
-    "The batches of indices `samps`: in one fetch where `batch_fetcher` has one, else a batch or an item at a time"
-    fetch = batch_fetcher(self)
-    fused = column_batches(self, codes := {}) if fetch is None else None
-    item = item_maker(self, codes) if fetch is None and fused is None else None
-    if fetch is None and fused is None and item is None: yield from DataLoader.create_batches(self, samps)
-    else:
-        if self.dataset is not None: self.it = iter(self.dataset) # as fastai's, for a hook that reads it
-        if fetch is not None: yield from map(fetch, self.chunkify(samps))
-        elif fused is not None: yield from fused(samps)
-        else: yield from map(batch_maker(self, codes), self.chunkify(filter(_kept, map(item, samps))))
-
-_fetchers = dict(sample=_sample, create_batches=_create_batches) # the methods `fetching` gives a loader
-for _n,_f in _fetchers.items(): note_change(DataLoader, _n, _f, "an accelerated learner's loaders in its fits")
-
-def _fetched(dl):
-    "The fastai loaders whose methods make `dl`'s batches: `dl`, and the one a `ShardedDL` wraps"
-    if not isinstance(dl, DataLoader): return []
-    return [dl, dl.dl] if isinstance(dl, DistributedDL) and isinstance(dl.dl, DataLoader) else [dl]
-
-@contextmanager
-def fetching(*dls # fastai `DataLoader`s (or a `ShardedDL`); anything else is left as it is
-            ):
-    "Within this block, `dls` make their batches with `_fetchers` (a batch in one fetch where they can), not fastai's"
-    done = []
-    for dl in (o for d in dls for o in _fetched(d)):
-        for n,f in _fetchers.items():
-            # the loader's own (fastai's `DataLoader(create_batches=...)`, a subclass's: `ShardedDL`'s), or done already
-            if n in vars(dl) or getattr(type(dl), n) is not getattr(DataLoader, n): continue
-            setattr(dl, n, MethodType(f, dl)); done.append((dl, n))
-    try: yield
-    finally:
-        for dl,n in done:
-            if getattr(vars(dl).get(n), '__func__', None) is _fetchers[n]: delattr(dl, n)
-
-# %% ../nbs/03_data.ipynb #e2f3a4b5
-def torch_fetcher(dl # A torch `DataLoader`
-                 ):
-    "The function from a batch's indices to the batch `iter(dl)` makes of them, where one indexing does it; else None"
-    if not (type(dl) is torch.utils.data.DataLoader and dl.num_workers == 0 and not dl.pin_memory and dl.timeout == 0
-            and dl.collate_fn is default_collate and type(dl.batch_sampler) is BatchSampler
-            and type(dl.batch_sampler.sampler) in (SequentialSampler, RandomSampler)): return None
-    # `default_collate` of a `TensorDataset`'s tuples: a list of each column's stack, its tensor's rows indexed at once
-    return None if (rows := _tensor_rows(dl.dataset)) is None else _fetch_rows(rows, list)
-
-def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
-                  fetch # `torch_fetcher(dl)`
-                 ):
-    "An epoch of `dl`'s batches as `iter(dl)` gives them, each made by `fetch`, drawing the random numbers torch draws"
-    torch.empty((), dtype=torch.int64).random_(generator=dl.generator) # torch's iterator, as it starts: its workers' seed
-    return map(fetch, dl.batch_sampler) # the sampler draws its order at the first batch, as in torch's iterator
-
-
-# %% ../nbs/03_data.ipynb #4d27f87d
-def _to_itself(cls):
-    "Whether `.to` its own device gives a tensor of type `cls` itself back: torch's, and fastai's kinds as they are"
-    return cls is Tensor or (issubclass(cls, TensorBase) and cls.to is Tensor.to
-                             and getattr(cls.__torch_function__, '__func__', None) is TensorBase.__torch_function__.__func__)
-
-def to_device(b, device=None, non_blocking=False):
-    "Recursively put `b` on `device`; a tuple or list of tensors already there is returned as it is"
-    if device is not None and type(b) in (tuple, list) and defaults.use_cuda != False and all(map(_to_itself, map(type, b))):
-        with torch._C.DisableTorchFunctionSubclass(): # a subclass's `.device` through `__torch_function__`: 6 us
-            if all(t.device == device for t in b):
-                for t in b: # what `.to` does to fastai's kinds: metadata of their own (a batch may share an item's)
-                    if type(t) is not Tensor: t.__dict__ = copy(t.__dict__)
-                return b
-    return fastai.torch_core.to_device(b, device, non_blocking) # fastai's
-
-@contextmanager
-def placing():
-    "Within this block, fastai's loaders put their batches on their device with `to_device`, not fastai's"
-    old,fastai.data.load.to_device = fastai.data.load.to_device,to_device # what `DataLoader.__iter__` calls
-    try: yield
-    finally: fastai.data.load.to_device = old
-
-note_change(fastai.data.load, 'to_device', to_device,
-            "while an accelerated learner fits (`placing`): the same batch, one already on its device kept as it is")

@@ -17,7 +17,7 @@ from plum import NotFoundLookupError
 from torch.utils.data import get_worker_info
 
 # %% auto #0
-__all__ = ['encoder', 'pipeline_fn', 'item_maker', 'batch_maker', 'column_batches']
+__all__ = ['fastai_hooks', 'not_skipped', 'encoder', 'pipeline_fn', 'loader_hook', 'item_maker', 'batch_maker', 'column_batches']
 
 # %% ../nbs/02a_items.ipynb #a62ec516
 def _called_as_transform(f):
@@ -99,17 +99,17 @@ def pipeline_fn(p:Pipeline # A `Pipeline`
 
 # %% ../nbs/02a_items.ipynb #879870b4
 # fastai's own hooks as it defines them: one patched into its class later is the loader's own
-_fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch',
+fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch',
                                                      'do_batch', 'retain', 'chunkify')}
 
-def _hook(dl, n):
+def loader_hook(dl, n):
     "`dl`'s `n` hook where it is a `Pipeline` or fastai's default (None for that), else `False`"
     if n in vars(dl): return vars(dl)[n] if type(vars(dl)[n]) is Pipeline else False
-    return None if getattr(type(dl), n) is _fastai_hooks[n] else False
+    return None if getattr(type(dl), n) is fastai_hooks[n] else False
 
 def _fastai_batches(dl):
     "Whether `dl`'s items go only into fastai's own `fa_collate` and `retain`: no transform after the item"
-    hooks = [_hook(dl, n) for n in ('after_item', 'before_batch', 'create_batch', 'do_batch', 'retain')]
+    hooks = [loader_hook(dl, n) for n in ('after_item', 'before_batch', 'create_batch', 'do_batch', 'retain')]
     return False not in hooks and not any(h is not None and _encoders(h) for h in hooks)
 
 def _made_once(enc, codes=None, before=None):
@@ -142,14 +142,14 @@ def _column(tl, once, codes=None):
 def _plain_items(dl):
     "Whether `dl` makes items as fastai's `DataLoader` does, from a `Datasets` of `TfmdLists` over lists, by index"
     if not dl.indexed or dl.prebatched or type(dl.dataset) is not Datasets: return False
-    if _hook(dl, 'create_item') is not None or _hook(dl, 'do_item') is not None or _hook(dl, 'after_item') is False:
+    if loader_hook(dl, 'create_item') is not None or loader_hook(dl, 'do_item') is not None or loader_hook(dl, 'after_item') is False:
         return False
     return all(type(tl) is TfmdLists and '_after_item' not in vars(tl) and type(tl.items) is list
                and type(tl.tfms) is Pipeline for tl in dl.dataset.tls)
 
 def _after_item(dl):
     "`dl`'s `after_item` as one function of an item, None where it gives the item back"
-    return None if (p := _hook(dl, 'after_item')) is None else pipeline_fn(p)
+    return None if (p := loader_hook(dl, 'after_item')) is None else pipeline_fn(p)
 
 def item_maker(dl:DataLoader, # A fastai `DataLoader`
                codes:dict|None=None # Gets the label tensors made once, for `batch_maker`
@@ -211,7 +211,7 @@ def batch_maker(dl:DataLoader, # A fastai `DataLoader`
     return _batch
 
 # %% ../nbs/02a_items.ipynb #a7c9e1d3
-_kept = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
+not_skipped = partial(operator.is_not, None) # an item not skipped, in C: no Python call an item
 _ints = {int}
 _plain_meta = {type, type(Tensor)} # metaclasses whose `isinstance` is `type`'s (torch's and fastai's tensors have one)
 
@@ -247,7 +247,7 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
                   ):
     "The function from indices to the batches `dl` makes of their items, each batch made in one pass, where it can"
     if not _plain_items(dl) or len(dl.dataset.tls) != 2 or not _fastai_batches(dl): return None
-    if _after_item(dl) is not None or _hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
+    if _after_item(dl) is not None or loader_hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
     codes = {} if codes is None else codes
     cols = [_fused_column(tl, codes) for tl in dl.dataset.tls]
     batch = batch_maker(dl, codes)
@@ -275,7 +275,7 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
         it,vals,bs,rest = iter(samps),[],dl.bs,[] # `rest`: the indices after a skipped item's
         while idx := rest + list(islice(it, bs - len(vals) - len(rest))):
             if not _ints.issuperset(map(type, idx)): # from an index that isn't an `int` on: `do_item`'s items
-                items = chain(_items(vals), filter(_kept, map(item_maker(dl, codes), chain(idx, it))))
+                items = chain(_items(vals), filter(not_skipped, map(item_maker(dl, codes), chain(idx, it))))
                 yield from map(batch, dl.chunkify(items))
                 return
             n,rest = len(vals),[]

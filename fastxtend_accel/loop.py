@@ -10,11 +10,11 @@ from fastai.basics import *
 from .patching import plain_tensors
 from .extension import ExtendedLearner
 from .collectives import *
-from .data import to_device, torch_fetcher, torch_batches
+from .fetching import to_device, torch_fetcher, torch_batches
 from .events import call_event, opt_method
 
 # %% auto #0
-__all__ = ['trial_fits', 'training_fit', 'learner_file_hook', 'learner_file_hooks']
+__all__ = ['trial_fits', 'training_fit', 'runs_own_loop', 'learner_file_hook', 'learner_file_hooks']
 
 # %% ../nbs/05a_loop.ipynb #54436f32
 @patch
@@ -103,7 +103,7 @@ def _plain_loss(loss_func):
 _loop_names = ('_do_one_batch', '_do_grad_opt', '_with_events', '_call_one', '__call__')
 _loop = tuple(vars(ExtendedLearner).get(n) or vars(Learner)[n] for n in _loop_names)
 
-def _own_loop(learn):
+def runs_own_loop(learn):
     "Whether `learn` runs the methods of `_loop`: no subclass or patch replaced one"
     t = type(learn)
     return ((t._do_one_batch, t._do_grad_opt, t._with_events, t._call_one, t.__call__) == _loop
@@ -132,7 +132,7 @@ def batch_pass(self:ExtendedLearner,
 def one_batch(self:ExtendedLearner, i, b):
     "Train or evaluate on batch `b`, the `i`-th of the epoch; in an accelerated fit's own loop, in one function"
     acc = self.accelerator
-    if acc is None or not acc.in_loop or not _own_loop(self):
+    if acc is None or not acc.in_loop or not runs_own_loop(self):
         # a callback's own batch: this process alone
         if is_distributed(self) and not acc.in_loop and not acc.fsdp:
             with self.single_process(): return Learner.one_batch(self, i, b)

@@ -10,9 +10,10 @@ import torch
 import torch.distributed as dist
 from fastai.basics import *
 from .extension import ExtendingCallback
-from .loop import _own_loop, trial_fits
-from .rng import rng_state, set_rng_state
-from .fields import checkpoint_fields
+from .collectives import sync_buffers, all_reduce_grads
+from .loop import runs_own_loop, trial_fits
+from .checkpoint.rng import rng_state, set_rng_state
+from .checkpoint.fields import checkpoint_fields
 from .callback import AcceleratorCallback
 
 # %% auto #0
@@ -97,7 +98,7 @@ def before_fit(self:MicroBatches):
     acc = learn.accelerator
     if acc is None:
         raise ValueError("Micro-batches run on an accelerated learner: use `learn.accelerate(micro_bs=...)`")
-    if not _own_loop(learn):
+    if not runs_own_loop(learn):
         raise ValueError(f"Micro-batches run in this library's loop, and `{type(learn).__name__}` replaces part of it "
                          "(`_do_one_batch`, `_do_grad_opt`, ...): keep fastai's methods, or use "
                          "`.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
@@ -137,14 +138,14 @@ def run_batch(self:MicroBatches, batch_pass):
     acc = learn.accelerator
     agree = acc.distributed # every process learns whether any ran out: no backward syncs until they agree
     kept = self._keep(acc)
-    if agree and acc.sync: _sync_buffers(learn.model) # what DDP does at a synced forward
+    if agree and acc.sync: sync_buffers(learn.model) # what DDP does at a synced forward
     while True:
         size,failed = min(self.found or n, n),None
         try:
             with acc.accelerator.no_sync(learn.model) if agree else nullcontext():
                 res = self._passes(batch_pass, xb, yb, n, size, quiet=agree)
         except Exception as e:
-            if not is_oom(e): raise
+            if isinstance(e, MicroBatchError) or not is_oom(e): raise # a verdict already: no halving of it
             failed = f'{type(e).__name__}: {e}' # the message only: the failed pass's tensors go with `e`
         finally: learn.xb,learn.yb,self.share = xb,yb,1.
         where = self._agree(failed is not None) if agree else ([acc.process_index] if failed else [])
@@ -152,7 +153,7 @@ def run_batch(self:MicroBatches, batch_pass):
         self._undo(kept)
         if self.probing: raise CancelFitException() # `find_micro_bs`: this size is too big
         self._back_off(size, n, where, failed)
-    if agree and acc.sync: _all_reduce_grads(learn.model, acc.num_processes)
+    if agree and acc.sync: all_reduce_grads(learn.model, acc.num_processes)
     learn.pred,learn.loss = res
 
 @patch
@@ -172,36 +173,6 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
         preds.append(to_detach(learn.pred, cpu=False, gather=False))
         loss = loss + learn.loss*self.share
     return _joined(preds),loss
-
-# %% ../nbs/16j_microbatch.ipynb #6db247ed
-def _buckets(tensors, cap=25*2**20):
-    "`tensors` in consecutive groups of one dtype and device, each up to `cap` bytes (DDP's bucket size) or one tensor"
-    res,size,kind = [],0,None
-    for t in tensors:
-        nb = t.numel()*t.element_size()
-        if not res or size+nb > cap or (t.dtype,t.device) != kind: res.append([]); size,kind = 0,(t.dtype,t.device)
-        res[-1].append(t); size += nb
-    return res
-
-@torch.no_grad()
-def _in_buckets(tensors, op):
-    "Run `op`, a collective in place, on `tensors` joined a bucket at a time; the results copied back"
-    for bucket in _buckets(tensors):
-        flat = torch.cat([t.reshape(-1) for t in bucket])
-        op(flat)
-        for t,v in zip(bucket, flat.split([t.numel() for t in bucket])): t.copy_(v.view_as(t))
-
-def _sync_buffers(model):
-    "DDP's broadcast of process 0's buffers (BatchNorm's statistics), done at each forward pass that syncs"
-    if getattr(model, 'broadcast_buffers', False):
-        _in_buckets(list(get_model(model).buffers()), partial(dist.broadcast, src=0))
-
-def _all_reduce_grads(model, world):
-    "The gradients averaged over the processes, as DDP's backward does: divided by the processes, then summed"
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:
-        if p.grad is None: p.grad = torch.zeros_like(p) # unused on this process: every process sends the same layout
-    _in_buckets([p.grad for p in params], lambda t: dist.all_reduce(t.div_(world)))
 
 # %% ../nbs/16j_microbatch.ipynb #50f1c25c
 @patch
@@ -263,7 +234,7 @@ def _evaluate(self:MicroBatches, *xb):
             if size >= n: return learn.model(*xb)
             return _joined([learn.model(*_cut(xb, p, n)) for p in micro_parts(n, size)])
         except Exception as e:
-            if not is_oom(e): raise
+            if isinstance(e, MicroBatchError) or not is_oom(e): raise # a verdict already: no halving of it
             failed = f'{type(e).__name__}: {e}'
         free_memory(learn)
         if size == 1: raise MicroBatchError(f"Out of memory validating one item on process "

@@ -12,7 +12,7 @@ from fastai.basics import *
 from .extension import ExtendingCallback
 from .loop import training_fit
 from .core import * # `Learner.in_fit`, `Learner.all_gather`
-from .fields import checkpoint_fields
+from .checkpoint.fields import checkpoint_fields
 
 # %% auto #0
 __all__ = ['gpu_peak_flops', 'EpochColumnsCallback', 'device_peak_flops', 'ThroughputCallback', 'MemoryCallback']

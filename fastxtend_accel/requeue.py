@@ -11,7 +11,7 @@ from argparse import REMAINDER
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['descendants', 'end_descendants', 'run_requeueable', 'requeue_cmd', 'sbatch_script']
+__all__ = ['descendants', 'signal_all', 'end_descendants', 'run_requeueable', 'requeue_cmd', 'sbatch_script']
 
 # %% ../nbs/16d_requeue.ipynb #1a04390a
 def _set_subreaper()->bool:
@@ -53,7 +53,7 @@ def _ended(pid:int)->bool:
     try: return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError: return True # collected already
 
-def _signal(pids, sig):
+def signal_all(pids, sig):
     for p in pids:
         try: os.kill(p, sig)
         except ProcessLookupError: pass
@@ -61,10 +61,10 @@ def _signal(pids, sig):
 def end_descendants(grace:float=60 # Seconds they have to end after SIGTERM, before SIGKILL
                    )->list:
     "End every process below this one: SIGTERM, then SIGKILL after `grace` seconds; the ones that had to be killed"
-    _signal(descendants(), signal.SIGTERM)
+    signal_all(descendants(), signal.SIGTERM)
     deadline = time.monotonic() + grace
     while descendants() and time.monotonic() < deadline: _reap(); time.sleep(0.1)
-    _signal(killed := descendants(), signal.SIGKILL)
+    signal_all(killed := descendants(), signal.SIGKILL)
     while descendants(): _reap(); time.sleep(0.05)
     return killed
 

@@ -14,8 +14,8 @@ from .extension import ExtendingCallback
 from .loop import training_fit
 from .evaluation import unsynced_losses
 from .core import * # `Learner.accelerate`, `Learner.in_fit`, `Learner.is_main_process`
-from .fields import checkpoint_fields
-from .resume import global_bs
+from .checkpoint.fields import checkpoint_fields
+from .checkpoint.resume import global_bs
 from .checkpoint import CheckpointCallback
 
 # %% auto #0

@@ -9,7 +9,7 @@ from fastcore.basics import store_attr
 from fastai.callback.core import Callback
 from .extension import ExtendingCallback
 from .core import * # `Learner.in_fit`, which tells a fit from an evaluation, and is reset when a fit raises
-from .requeue import descendants, _signal
+from .requeue import descendants, signal_all
 
 # %% auto #0
 __all__ = ['WatchdogCallback']
@@ -42,5 +42,5 @@ class WatchdogCallback(ExtendingCallback):
         print(f"WatchdogCallback: no batch ended for {self.timeout:g} s; ending process {os.getpid()} (status 1). "
               "Where its threads were:", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(all_threads=True)
-        _signal(descendants(), signal.SIGKILL) # its loader's workers: stuck too, maybe
+        signal_all(descendants(), signal.SIGKILL) # its loader's workers: stuck too, maybe
         os._exit(1)

@@ -4,6 +4,7 @@ import pytest, torch
 from conftest import SCRIPTS
 from fastxtend_accel.test_utils import (synth_learner_digits, tiny_mlp, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for,
                                         kill_group, signal_proc)
+from fastai.basics import Callback
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 
 SCRIPT = SCRIPTS/'resume_train.py'
@@ -131,6 +132,23 @@ def test_resume_at_fit_boundary(tmp_path):
     run(cb, StopAt(0, 3, fit=1)) # in the second fit
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000000-f000'
     _same(run(CheckpointCallback(tmp_path, every_epochs=1, resume=True)), ref)
+
+def test_a_signal_after_a_failed_fit_goes_to_the_handler_before(tmp_path):
+    "A fit that raised keeps its handlers: the first SIGINT after it removes them and reaches Python's (KeyboardInterrupt)"
+    class Fail(Callback):
+        def after_batch(self):
+            if self.training and self.iter == 1: raise RuntimeError('a bug in a callback')
+    # Python's own to start with: a failed fit of an earlier test may have left its handlers, which pass it on too
+    kept = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        learn = synth_learner_digits(n=256)
+        cb = CheckpointCallback(tmp_path, every_epochs=None)
+        with learn.no_bar(), learn.no_logging(), pytest.raises(RuntimeError, match='a bug in a callback'):
+            learn.fit(1, cbs=[cb, Fail()])
+        assert signal.getsignal(signal.SIGINT) == cb.signals.handler and not learn.in_fit
+        with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and cb.signals.old_handlers == {}
+    finally: signal.signal(signal.SIGINT, kept)
 
 def test_evaluation_is_not_a_fit(tmp_path):
     import signal

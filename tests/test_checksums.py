@@ -8,8 +8,8 @@ from fastai.basics import set_seed
 from fastai.callback.schedule import fit_one_cycle
 from fastxtend_accel.test_utils import (synth_learner_digits, tiny_mlp, StopAt, torchrun_cmd, run_cmd, run_ranks,
                                         flip_bytes)
-from fastxtend_accel.codec import read_state_file, write_state_file
-from fastxtend_accel.checksums import verify_checkpoint
+from fastxtend_accel.checkpoint.codec import read_state_file, write_state_file
+from fastxtend_accel.checkpoint.checksums import verify_checkpoint
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
 from conftest import SCRIPTS
 
@@ -110,11 +110,11 @@ def test_resume_falls_back_two_processes(tmp_path):
     assert res[0]['values'] == ref[0]['values']
 
 def test_command_line(tmp_path):
-    "`fastxtend-verify-checkpoint PATH` and `python -m fastxtend_accel.checksums PATH`: one line, exit status 1 if bad"
+    "`fastxtend-verify-checkpoint PATH` and `python -m fastxtend_accel.checkpoint PATH`: one line, exit status 1 if bad"
     learn = synth_learner_digits(n=128)
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     ck = learn.save_state(tmp_path/'ck')
-    for cmd in ([Path(sys.executable).parent/'fastxtend-verify-checkpoint'], [sys.executable, '-m', 'fastxtend_accel.checksums']):
+    for cmd in ([Path(sys.executable).parent/'fastxtend-verify-checkpoint'], [sys.executable, '-m', 'fastxtend_accel.checkpoint']):
         good = run_cmd(cmd + [ck], check=False)
         assert (good.returncode, good.stdout, good.stderr) == (0, f"{ck}: its 4 files match their checksums\n", '')
         kept = flip_bytes(ck/'rng-0.pt')

@@ -10,7 +10,8 @@ from fastai.basics import (Callback, CategoryBlock, DataBlock, DataLoader, DataL
                            Learner, OptimWrapper, RandomSplitter, TfmdDL, TransformBlock, range_of, set_seed)
 from fastxtend_accel.test_utils import (digits_tensors, synth_learner_digits, datablock_learner, synth_lm_learner,
                                         run_cmd)
-from fastxtend_accel.data import ShardedDL, batch_fetcher, fetching
+from fastxtend_accel.data import ShardedDL
+from fastxtend_accel.fetching import batch_fetcher, fetching
 from fastxtend_accel.items import item_maker, column_batches
 import fastxtend_accel.core # `.accelerate()`
 
@@ -83,7 +84,7 @@ from fastxtend_accel.test_utils import synth_learner_digits, datablock_learner, 
 mode,data = sys.argv[1],sys.argv[3]
 if mode != 'stock':
     from fastxtend_accel.core import *
-    from fastxtend_accel.data import batch_fetcher, torch_fetcher
+    from fastxtend_accel.fetching import batch_fetcher, torch_fetcher
     from fastxtend_accel.items import item_maker, column_batches
 class OwnDL(TorchDL): pass # iterated by torch
 def torch_learner(n, bs, **kw):
@@ -152,7 +153,7 @@ import sys, torch
 from fastai.basics import *
 from contextlib import nullcontext
 from fastxtend_accel.test_utils import app_learners, datablock_learner
-if sys.argv[1] == 'lib': from fastxtend_accel.data import fetching # as an accelerated learner's fit iterates them
+if sys.argv[1] == 'lib': from fastxtend_accel.fetching import fetching # as an accelerated learner's fit iterates them
 def tensors(b): # a batch's tensors, those of its tuples included
     return [t for t in b if isinstance(t, torch.Tensor)] + [u for o in b if isinstance(o, tuple) for u in tensors(o)]
 res = {}

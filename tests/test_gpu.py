@@ -75,7 +75,7 @@ def test_batches_of_cuda_tensors():
     "A dataset already on the GPU: torch's and fastai's loaders fetch each batch at once, as they make it item by item"
     from torch.utils.data import TensorDataset, DataLoader as TorchDL
     from fastai.basics import Datasets, TfmdDL
-    from fastxtend_accel.data import batch_fetcher, torch_batches, torch_fetcher
+    from fastxtend_accel.fetching import batch_fetcher, torch_batches, torch_fetcher
     x,y = torch.randn(50, 3, device='cuda'),torch.arange(50, device='cuda')
     def same(a, b): return len(a) == len(b) and all(torch.equal(u, v) and u.device == v.device for u,v in zip(a, b))
     dl = TorchDL(TensorDataset(x, y), batch_size=8)

@@ -22,10 +22,11 @@ def wheel(tmp_path_factory):
 def test_wheel_holds_every_module_and_the_tools(wheel):
     assert wheel.name == f'fastxtend_accel-{fastxtend_accel.__version__}-py3-none-any.whl'
     z = zipfile.ZipFile(wheel)
-    missing = [p.name for p in (ROOT/'fastxtend_accel').glob('*.py') if f'fastxtend_accel/{p.name}' not in z.namelist()]
+    missing = [n for p in (ROOT/'fastxtend_accel').rglob('*.py')
+               if (n := p.relative_to(ROOT).as_posix()) not in z.namelist()]
     assert missing == []
     entry = z.read(next(n for n in z.namelist() if n.endswith('.dist-info/entry_points.txt'))).decode()
-    assert 'fastxtend-verify-checkpoint = fastxtend_accel.checksums:verify_checkpoint_cmd' in entry
+    assert 'fastxtend-verify-checkpoint = fastxtend_accel.checkpoint.checksums:verify_checkpoint_cmd' in entry
     assert 'fastxtend-requeue = fastxtend_accel.requeue:requeue_cmd' in entry
 
 def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):

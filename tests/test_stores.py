@@ -5,9 +5,9 @@ import os, signal, subprocess, sys, threading, warnings
 import numpy as np, pytest, torch
 from fastai.basics import Callback, defaults, set_seed
 from fastxtend_accel.core import * # `Learner.accelerate`
-from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights, _leftovers
-from fastxtend_accel.checksums import verify_checkpoint, manifest_name
-from fastxtend_accel.stores import StorePath
+from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint, checkpoint_to_weights, scan_checkpoints
+from fastxtend_accel.checkpoint.checksums import verify_checkpoint, manifest_name
+from fastxtend_accel.checkpoint.stores import StorePath
 from fastxtend_accel.test_utils import synth_learner_digits, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for, kill_group, \
     signal_proc
 from conftest import SCRIPTS
@@ -51,7 +51,7 @@ def test_sigterm_on_two_processes_then_a_fresh_machine(s3, tmp_path_factory, ref
     assert isinstance(ck, StorePath) and ck.name.startswith('ckpt-e0001-') and '-b000000-' not in ck.name, out[-2000:]
     # each process uploaded its own files; the manifest, written last, lists them all
     assert sorted(p.name for p in ck.iterdir()) == DCP_FILES and sorted(verify_checkpoint(ck)) == sorted(set(DCP_FILES) - {manifest_name})
-    assert not _leftovers(url) # the background upload in flight at the signal was finished first
+    assert not scan_checkpoints(url)[1] # the background upload in flight at the signal was finished first
     out = launch(1, b, '--ckpt', url, '--tag', 'b')
     assert f'Resuming from {ck}' in out and 'written by 2 process(es), now 1' in out
     res = results(b, 'b', 1)[0]
@@ -68,7 +68,7 @@ def test_sigkill_mid_upload_then_two_processes_elsewhere(s3, tmp_path_factory, r
     held = 'ckpt-e0001-b000004-f000' # 17 batches an epoch, a checkpoint every 3 steps: the 21st step's
     s3.link.stall_during(f'{held}/__0_0.distcp'.encode())
     proc = start_cmd([sys.executable, RESUME, a, '--ckpt', url, '--tag', 'a', '--async-save'])
-    half = lambda: [p.name for p in _leftovers(url)]
+    half = lambda: [p.name for p in scan_checkpoints(url)[1]]
     wait_for(lambda: half() == [held], proc) # its small files are there, its tensors held
     kill_group(proc)
     s3.link.cut(); s3.link.mend() # the held request dies with the process
@@ -79,7 +79,7 @@ def test_sigkill_mid_upload_then_two_processes_elsewhere(s3, tmp_path_factory, r
     assert [r['resumed_from'] for r in res] == [ck.name]*2
     for r in res: close(r['params'], reference[0]); close(r['ema'], reference[2])
     np.testing.assert_allclose(res[0]['values'], reference[1], atol=1e-6)
-    assert not _leftovers(url) # the held one written whole by the resumed run, or pruned
+    assert not scan_checkpoints(url)[1] # the held one written whole by the resumed run, or pruned
 
 def test_fsdp2_shards_straight_to_the_store(s3, tmp_path):
     """FSDP2 on 2 processes: each uploads its own shards; the checkpoint loads from the URL into one plain process, and as one
@@ -149,7 +149,7 @@ def test_upload_cut_then_resumed(s3, straight, async_save):
             f"{url}/ckpt-e0000-b000008-f000/__0_0.distcp in 2 tries") in str(e.value), e.value
     assert "the checkpoints before it are as they were" in str(e.value)
     assert latest_checkpoint(url).name == 'ckpt-e0000-b000004-f000'
-    assert [p.name for p in _leftovers(url)] == ['ckpt-e0000-b000008-f000'] # what the cut left: never read
+    assert [p.name for p in scan_checkpoints(url)[1]] == ['ckpt-e0000-b000008-f000'] # what the cut left: never read
     learn = _fit([CheckpointCallback(url, every_steps=4, every_epochs=None, resume=True, async_save=async_save)])
     _same(learn, straight)
     # the `keep=2` newest of steps 12 and 16 (10 batches an epoch), and no leftover
@@ -209,14 +209,14 @@ def test_partial_checkpoint_left_behind(s3, straight):
     part = StorePath(url)/'ckpt-e0000-b000009-f000'
     (part/'state.pt').write_bytes((StorePath(url)/good[-1]/'state.pt').read_bytes())
     (part/'__0_0.distcp').write_bytes((StorePath(url)/good[-1]/'__0_0.distcp').read_bytes()[:100])
-    assert latest_checkpoint(url).name == good[-1] and [p.name for p in _leftovers(url)] == [part.name]
+    assert latest_checkpoint(url).name == good[-1] and [p.name for p in scan_checkpoints(url)[1]] == [part.name]
     (StorePath(url)/good[-1]/'__0_0.distcp').fs.rm_file(f'{url}/{good[-1]}/__0_0.distcp')
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter('always')
         learn = _fit([CheckpointCallback(url, every_steps=3, every_epochs=None, keep=3, resume=True)])
     assert any(f"{url}/{good[-1]} can't be resumed from" in str(o.message) and 'missing' in str(o.message) for o in w)
     _same(learn, straight)
-    assert part.name not in [p.name for p in StorePath(url).iterdir()] and not _leftovers(url)
+    assert part.name not in [p.name for p in StorePath(url).iterdir()] and not scan_checkpoints(url)[1]
 
 def test_clear_errors_and_nothing_written(s3, monkeypatch, tmp_path):
     "No credentials, or no such bucket: an error naming the URL and what to do, before training, and nothing in the store"

@@ -123,7 +123,7 @@ sections = {
     'Tutorial': ['tutorial'],
     'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/checkpoints', 'guides/fsdp2',
                       'guides/tpu', 'guides/evaluation'],
-    'Reference': ['core', 'callback', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog', 'monitors', 'trackers',
+    'Reference': ['core', 'callback', 'processes', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog', 'monitors', 'trackers',
                   'profiler', 'ema', 'guard', 'activations', 'microbatch'],
     'Explanation': ['architecture', 'guides/benchmarks'],
 }

@@ -6,8 +6,8 @@ from functools import partial
 from pathlib import Path
 from fastai.basics import *
 from fastxtend_accel.core import *
-from fastxtend_accel.codec import read_state_file, write_state_file
-from fastxtend_accel.state import *
+from fastxtend_accel.checkpoint.codec import read_state_file, write_state_file
+from fastxtend_accel.checkpoint.state import *
 from fastxtend_accel.test_utils import synth_learner_digits, flip_bytes
 
 p = argparse.ArgumentParser()

@@ -195,7 +195,7 @@ with tempfile.TemporaryDirectory() as d:
 # 11. the best checkpoint by a gathered column; a fit failing on every process at the same batch, checkpointed there
 # and resumed exactly; a fit failing at different points, or on one process too late for the others: no checkpoint
 import time, warnings
-from fastxtend_accel.state import follow_pointer
+from fastxtend_accel.checkpoint.state import follow_pointer
 class Fail(Callback):
     "Raise at training batch 2 of epoch 1: after its step, or inside it; `delay` seconds late"
     order = CheckpointCallback.order+1

@@ -21,7 +21,7 @@ class Ready(Callback):
         self.n += 1
         if self.n == args.ready: (out/f'ready-rank{self.learn.accelerator.process_index}').touch()
         if self.n >= args.ready: time.sleep(0.2)
-        if self.seen is None and self.learn.checkpoint.signalled: # the loader's workers, still alive
+        if self.seen is None and self.learn.checkpoint.signals.signalled: # the loader's workers, still alive
             self.seen,self.workers = [self.epoch, self.iter+1],[c.pid for c in psutil.Process().children()]
 
 set_seed(0)

@@ -5,7 +5,7 @@ from fastai.basics import *
 from fastai.callback.all import *
 from fastxtend_accel.core import *
 from fastxtend_accel.test_utils import *
-from fastxtend_accel.checksums import ChecksumFS # the files of a checkpoint are written through it
+from fastxtend_accel.checkpoint.checksums import ChecksumFS # the files of a checkpoint are written through it
 from fastxtend_accel.checkpoint import CheckpointCallback
 
 p = argparse.ArgumentParser()
