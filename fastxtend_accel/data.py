@@ -26,7 +26,7 @@ def is_lm_loader(dl):
     return m is not None and isinstance(dl, m.LMDataLoader)
 
 def _index(idxs):
-    "A list of indices as one int64 tensor, read by numpy: 2 us for 64 (15 by `torch.tensor`, or to index with the list)"
+    "Indices as one int64 tensor, read by numpy: 2 us for 64 (15 by `torch.tensor`, or to index with the list)"
     return torch.from_numpy(np.fromiter(idxs, np.int64, len(idxs)))
 
 def _lm_rows(dl, world_size, split_batches):
@@ -173,14 +173,15 @@ def plain_rows(t):
     return type(t) is Tensor and t.layout == torch.strided and t.ndim > 0 and t.is_contiguous() and not t.requires_grad
 
 def tensor_rows(ds):
-    "`[(t, None)]` for each tensor of `TensorDataset` `ds` if indexing them with a batch is stacking their rows, else None"
+    "`[(t, None)]` for each tensor of `TensorDataset` `ds` if indexing them with a batch stacks their rows, else None"
     # a `__getitems__` given to the dataset itself is what torch's fetch calls instead of its items
     if type(ds) is TensorDataset and getattr(ds, '__getitems__', None) is None and all(map(plain_rows, ds.tensors)):
         return [(t, None) for t in ds.tensors]
 
 def _select(t, i):
     "The rows `i` (an int64 CPU tensor) of `t`: `index_select` on the CPU (no negative index), indexing elsewhere"
-    # `index_select` gives the same rows in 4 us for 64 of 64 floats where `t[i]` takes 10, but wants `i` on `t`'s device;
+    # `index_select` gives the same rows in 4 us for 64 of 64 floats where `t[i]` takes 10, but wants `i` on `t`'s
+    # device;
     # on a GPU an index out of range is a device-side assert there, where torch's per-item fetch raises an `IndexError`
     return t.index_select(0, i) if t.is_cpu else t[i]
 

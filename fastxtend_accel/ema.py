@@ -40,7 +40,8 @@ def _check_device(device)->torch.device:
     if dev.type == 'meta': raise ValueError("`ema_device='meta'` holds no values: keep the average on the model's "
                                             "device (None) or the CPU")
     if dev.type not in ('cpu', 'xla') and not (hasattr(torch, dev.type) and getattr(torch, dev.type).is_available()):
-        raise ValueError(f"`ema_device={device!r}`: there is no {dev.type} device here. Keep the average on the model's "
+        raise ValueError(f"`ema_device={device!r}`: there is no {dev.type} device here. Keep the average on the "
+                         "model's "
                          "device (`ema_device=None`) or the CPU.")
     return dev
 
@@ -69,7 +70,8 @@ class EMACallback(ExtendingCallback):
         _check_decay(decay)
         if isinstance(start_epoch, bool) or not isinstance(start_epoch, int) or start_epoch < 0:
             raise ValueError(f"`start_epoch` must be an epoch number >= 0, got {start_epoch!r}")
-        self.decay,self.start_epoch,self.validate_ema,self.replace_weights = decay,start_epoch,validate_ema,replace_weights
+        self.decay,self.start_epoch = decay,start_epoch
+        self.validate_ema,self.replace_weights = validate_ema,replace_weights
         self.ema_device = None if ema_device is None else _check_device(ema_device)
         self.avg = None # The average by name, as `_averaged` names the model's tensors (shards under FSDP2)
         self.updates,self.fit_token,self.nested,self.swapped_in,self._skip = 0,None,0,False,False

@@ -106,7 +106,8 @@ def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
                   fetch # `torch_fetcher(dl)`
                  ):
     "An epoch of `dl`'s batches as `iter(dl)` gives them, each made by `fetch`, drawing the random numbers torch draws"
-    torch.empty((), dtype=torch.int64).random_(generator=dl.generator) # torch's iterator, as it starts: its workers' seed
+    # torch's iterator, as it starts: its workers' seed
+    torch.empty((), dtype=torch.int64).random_(generator=dl.generator)
     return map(fetch, dl.batch_sampler) # the sampler draws its order at the first batch, as in torch's iterator
 
 
@@ -114,11 +115,13 @@ def torch_batches(dl, # A torch `DataLoader` that `torch_fetcher` serves
 def _to_itself(cls):
     "Whether `.to` its own device gives a tensor of type `cls` itself back: torch's, and fastai's kinds as they are"
     return cls is Tensor or (issubclass(cls, TensorBase) and cls.to is Tensor.to
-                             and getattr(cls.__torch_function__, '__func__', None) is TensorBase.__torch_function__.__func__)
+                             and getattr(cls.__torch_function__, '__func__', None)
+                                 is TensorBase.__torch_function__.__func__)
 
 def to_device(b, device=None, non_blocking=False):
     "Recursively put `b` on `device`; a tuple or list of tensors already there is returned as it is"
-    if device is not None and type(b) in (tuple, list) and defaults.use_cuda != False and all(map(_to_itself, map(type, b))):
+    if (device is not None and type(b) in (tuple, list) and defaults.use_cuda != False
+            and all(map(_to_itself, map(type, b)))):
         with torch._C.DisableTorchFunctionSubclass(): # a subclass's `.device` through `__torch_function__`: 6 us
             if all(t.device == device for t in b):
                 for t in b: # what `.to` does to fastai's kinds: metadata of their own (a batch may share an item's)

@@ -139,7 +139,8 @@ def opt_params(opt # A fastai `Optimizer` or `OptimWrapper`
 def place_state(opt # A fastai `Optimizer` or `OptimWrapper`
                ):
     "Put `opt`'s state on its parameters' devices, as torch places a torch optimizer's (its `step` counts on the CPU)"
-    if isinstance(opt, OptimWrapper): # torch's own placement where a tensor is elsewhere (`step` counts stay on the CPU)
+    # torch's own placement where a tensor is elsewhere (`step` counts stay on the CPU)
+    if isinstance(opt, OptimWrapper):
         st = opt.opt.state
         if any(isinstance(v, Tensor) and k != 'step' and v.device != p.device for p in st for k,v in st[p].items()):
             opt.opt.load_state_dict(opt.opt.state_dict())

@@ -68,7 +68,7 @@ class NonFiniteGuardCallback(ExtendingCallback):
 def _scaled(self:NonFiniteGuardCallback)->bool:
     "Whether an fp16 gradient scaler skips this step itself when the gradients are not finite"
     acc = self.learn.accelerator
-    return getattr(acc, 'scaler', None) is not None if acc is not None else getattr(self.learn, 'scaler', None) is not None
+    return getattr(acc if acc is not None else self.learn, 'scaler', None) is not None
 
 @patch
 def _grads_bad(self:NonFiniteGuardCallback):
@@ -101,7 +101,8 @@ def _message(self:NonFiniteGuardCallback)->str:
     ckpt = getattr(self.learn, 'checkpoint', None)
     saved = (f" Checkpoints in {ckpt.path} hold good weights (a skipped step changed none)."
              if getattr(ckpt, 'path', None) is not None else '')
-    return (f"{self.in_a_row} optimizer steps in a row had a non-finite loss{' or gradients' if self.check_grads else ''} "
+    return (f"{self.in_a_row} optimizer steps in a row had a non-finite loss"
+            f"{' or gradients' if self.check_grads else ''} "
             f"on at least one process: {where}. The model holds the weights from before the first of them.{saved} "
             "Look at those items, or lower the learning rate; `learn.non_finite_guard.skipped` lists every step "
             "skipped in this fit.")

@@ -99,8 +99,8 @@ def pipeline_fn(p:Pipeline # A `Pipeline`
 
 # %% ../nbs/02a_items.ipynb #879870b4
 # fastai's own hooks as it defines them: one patched into its class later is the loader's own
-fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch', 'create_batch',
-                                                     'do_batch', 'retain', 'chunkify')}
+fastai_hooks = {n: getattr(DataLoader, n) for n in ('create_item', 'do_item', 'after_item', 'before_batch',
+                                                     'create_batch', 'do_batch', 'retain', 'chunkify')}
 
 def loader_hook(dl, n):
     "`dl`'s `n` hook where it is a `Pipeline` or fastai's default (None for that), else `False`"
@@ -142,7 +142,8 @@ def _column(tl, once, codes=None):
 def _plain_items(dl):
     "Whether `dl` makes items as fastai's `DataLoader` does, from a `Datasets` of `TfmdLists` over lists, by index"
     if not dl.indexed or dl.prebatched or type(dl.dataset) is not Datasets: return False
-    if loader_hook(dl, 'create_item') is not None or loader_hook(dl, 'do_item') is not None or loader_hook(dl, 'after_item') is False:
+    if (loader_hook(dl, 'create_item') is not None or loader_hook(dl, 'do_item') is not None
+            or loader_hook(dl, 'after_item') is False):
         return False
     return all(type(tl) is TfmdLists and '_after_item' not in vars(tl) and type(tl.items) is list
                and type(tl.tfms) is Pipeline for tl in dl.dataset.tls)
@@ -189,7 +190,8 @@ def _labels(col, codes):
     "The stack of label tensors `col` made once into `codes`, from their values; None if one was made elsewhere"
     made = list(map(codes.get, map(id, col)))
     if None in made or not all(map(operator.is_, map(itemgetter(0), made), col)): return None
-    return _category_stack(np.fromiter(map(itemgetter(1), made), np.int64, len(made))) # 5 us; `torch.tensor` of a list: 15
+    # 5 us; `torch.tensor` of a list: 15
+    return _category_stack(np.fromiter(map(itemgetter(1), made), np.int64, len(made)))
 
 def batch_maker(dl:DataLoader, # A fastai `DataLoader`
                 codes:dict|None=None # The label tensors `item_maker` made once
@@ -221,7 +223,7 @@ def _as_made(col, ints):
     return ints and object not in (ts := set(map(type, col))) and _plain_meta.issuperset(map(type, ts))
 
 def _label_values(enc, codes):
-    "`made(v)`: the label tensor of value `v`, made once into `codes`; `stack(col)`: the labels of values `col` (or None)"
+    "`made(v)`: the label tensor of value `v`, made once into `codes`; `stack(col)`: the labels of `col` (or None)"
     label,known = _made_once(enc, codes),{} # a type -> {a value of it: its label's code}, for the labels made once
     def made(v):
         res = label(v)
@@ -234,7 +236,7 @@ def _label_values(enc, codes):
     return made,stack
 
 def _fused_column(tl, codes):
-    "`(items, f, raw, ints, made, stack)` for `TfmdLists` `tl`: `f` its pipeline before a `Categorize` (`raw`: a getter)"
+    "`(items, f, raw, ints, made, stack)` for `TfmdLists` `tl`: `f` its pipeline before a `Categorize` (`raw`: getter)"
     encs,made,stack = _encoders(tl.tfms),None,None
     if _categorized(encs): made,stack = _label_values(encs.pop()[1], codes)
     f,types = _composed([e for _,e in encs]),set(map(type, tl.items))
@@ -247,7 +249,8 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
                   ):
     "The function from indices to the batches `dl` makes of their items, each batch made in one pass, where it can"
     if not _plain_items(dl) or len(dl.dataset.tls) != 2 or not _fastai_batches(dl): return None
-    if _after_item(dl) is not None or loader_hook(dl, 'chunkify') is not None or get_worker_info() is not None: return None
+    if _after_item(dl) is not None or loader_hook(dl, 'chunkify') is not None or get_worker_info() is not None:
+        return None
     codes = {} if codes is None else codes
     cols = [_fused_column(tl, codes) for tl in dl.dataset.tls]
     batch = batch_maker(dl, codes)
@@ -257,7 +260,7 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
         if raw: v = _retained(v, items[s])
         return v if made is None else made(v)
     def _items(vals):
-        "The items `item_maker` makes of indices and their getters' results `vals`, one after the other (errors as fastai)"
+        "The items `item_maker` makes of indices and their getters' results `vals`, one by one (errors as fastai's)"
         return [tuple([_value(c, s, v) for c,v in zip(cols, vs)]) for s,*vs in vals]
     def _batch(vals):
         ks,*cs = zip(*vals)
@@ -279,8 +282,8 @@ def column_batches(dl:DataLoader, # A fastai `DataLoader`
                 yield from map(batch, dl.chunkify(items))
                 return
             n,rest = len(vals),[]
-            try: vals.extend(zip(idx, *[map(items.__getitem__, idx) if f is None else map(f, map(items.__getitem__, idx))
-                                        for items,f,_,_,_,_ in cols]))
+            try: vals.extend(zip(idx, *[map(items.__getitem__, idx) if f is None
+                                        else map(f, map(items.__getitem__, idx)) for items,f,_,_,_,_ in cols]))
             except SkipItemException: rest = idx[len(vals)-n+1:] # CPython's `extend` keeps what it added before
             except Exception:
                 _items(vals) # a label `Categorize` refuses, of an item before, raises first, as in fastai

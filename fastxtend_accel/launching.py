@@ -45,8 +45,8 @@ def run_cmd(cmd:list, # The command and its arguments
             check:bool=True # Raise if the command exits with an error
            )->subprocess.CompletedProcess:
     "Run `cmd` to the end and return its result, with stdout and stderr as text"
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(env),
-                            cwd=cwd, start_new_session=True)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(env), cwd=cwd, start_new_session=True)
     try: out,err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired: # all of it ends, the launcher's workers too; what it printed says where it was
         kill_group(proc)

@@ -185,7 +185,9 @@ def plot(self:ThroughputCallback,
         v = np.array([o[k] for o in h])
         ax[1].bar(eps, v, bottom=bottom, label=k[:-4])
         bottom += v
-    ax[1].set_xlabel('epoch'); ax[1].set_ylabel('% of step time'); ax[1].set_title('where steps go'); ax[1].legend()
+    ax[1].set_xlabel('epoch'); ax[1].set_ylabel('% of step time'); ax[1].set_title('where steps go')
+    ax[1].legend(loc='upper left', bbox_to_anchor=(1, 1)) # beside the bars, not over them
+    for a in ax: a.set_xticks(eps) # whole epochs
     return ax
 
 # %% ../nbs/16b_monitors.ipynb #f529d300
@@ -208,7 +210,8 @@ class MemoryCallback(EpochColumnsCallback):
 
     def row(self):
         micro = [self.micro.in_use or 0] if 'micro_bs' in self.names else []
-        if not self.on_cuda: return [(now := _rss_mb()), max(now, _peak_rss_mb())] + micro # the kernel counts them apart
+        # the kernel counts them apart
+        if not self.on_cuda: return [(now := _rss_mb()), max(now, _peak_rss_mb())] + micro
         dev = _device(self.learn)
         return [torch.cuda.max_memory_allocated(dev)/2**20, torch.cuda.max_memory_reserved(dev)/2**20] + micro
 

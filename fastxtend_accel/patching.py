@@ -123,7 +123,8 @@ def reuse_amp_forward(model, # A module `prepare_model` just prepared (the modul
     "`model.forward` as Accelerate's mixed precision wrapped it, `earlier`'s wrapper put back; None without one"
     if '_original_forward' not in vars(model): return None # Accelerate's note of a wrapped forward, not public
     same = _innermost(earlier) is _innermost(vars(model)['_original_forward']) # not if `forward` was replaced since
-    if getattr(earlier, '__self__', None) is model and same: model.forward = earlier # the same autocast, the same function
+    # the same autocast, the same function
+    if getattr(earlier, '__self__', None) is model and same: model.forward = earlier
     return model.forward
 
 # %% ../nbs/01_patching.ipynb #f4394793

@@ -121,8 +121,8 @@ def _stage_nb(nb, page, anchors, git_url):
 # book's other modules (what the library is built of) under Internals, in nbdev's order
 sections = {
     'Tutorial': ['tutorial'],
-    'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/checkpoints', 'guides/fsdp2',
-                      'guides/tpu', 'guides/evaluation'],
+    'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/slurm', 'guides/checkpoints',
+                      'guides/s3', 'guides/micro_batches', 'guides/fsdp2', 'guides/tpu', 'guides/evaluation'],
     'Reference': ['core', 'callback', 'processes', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog', 'monitors', 'trackers',
                   'profiler', 'ema', 'guard', 'activations', 'microbatch'],
     'Explanation': ['architecture', 'guides/benchmarks'],
@@ -241,13 +241,17 @@ def _imports_cmd():
     if bad: sys.exit(1)
     print("every import is in a cell of its own")
 
+def _left_out(cell):
+    "Whether `nbdev-test` leaves `cell` out on a CPU: not code, or a GPU's or a slow lesson (`#| cuda`, `#| slow`)"
+    return cell.cell_type != 'code' or bool(re.search(r'^#\|\s*(cuda|slow)\b', cell.source, re.M))
+
 def _outputs_cmd(paths):
-    "Run each notebook top to bottom in one shell and save its outputs, which the site and README show"
+    "Run each notebook top to bottom in one shell, as `nbdev-test --flags multiproc` does, and save its outputs"
     from fastcore.nbio import read_nb, write_nb
     from execnb.shell import CaptureShell
     for p in paths:
         nb = read_nb(p)
-        CaptureShell(path=Path(p).parent).run_all(nb, exc_stop=True)
+        CaptureShell(path=Path(p).parent).run_all(nb, exc_stop=True, preproc=_left_out)
         write_nb(nb, p)
         print(f"{p}: outputs saved")
 

@@ -60,7 +60,8 @@ class CheckpointCallback(ExtendingCallback):
                 raise ValueError(f"`{k}` must be a whole number >= 1, got {v!r}")
         if monitor is not None and every_epochs is None:
             raise ValueError("`monitor` scores the checkpoints taken at the end of an epoch: give `every_epochs`")
-        if comp is None and monitor is not None: comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
+        if comp is None and monitor is not None:
+            comp = np.less if 'loss' in monitor or 'error' in monitor else np.greater
         self.monitor,self.keep_best,self.comp,self.scores = monitor,keep_best,comp,{} # scores: by checkpoint name
         store_attr('every_steps,every_epochs,every_minutes,keep,resume,on_signal,async_save,on_exception')
         self.clock = time.monotonic # seconds, for `every_minutes` (a test can make one process's run fast)
@@ -136,7 +137,8 @@ def after_batch(self:CheckpointCallback):
     self.steps += 1
     stop = int(self.signals.signalled)
     due = bool(self.every_minutes and self.clock() - self.last_time >= 60*self.every_minutes)
-    if (self.on_signal or self.every_minutes) and is_distributed(learn): # agreed: the signal, a clock that says it's time
+    # agreed: the signal, a clock that says it's time
+    if (self.on_signal or self.every_minutes) and is_distributed(learn):
         stop,due = map(int, learn.reduce(torch.tensor([stop, due], dtype=torch.float, device=learn.accelerator.device),
                                          'max').tolist())
     if stop or due or (self.every_steps and self.steps % self.every_steps == 0):

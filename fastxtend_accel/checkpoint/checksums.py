@@ -92,7 +92,7 @@ class ChecksumFS:
     "A DCP file system (`FileSystem` by default) that checksums each file written through it: `checksums`, by name"
     def __init__(self,
         fs=None, # The file system to write through: DCP's `FileSystem` (local files) if None, a `StoreFS` for a store
-        later:bool=False # Keep the files of `save` in memory until `write_later` (a store's: uploaded in the background)
+        later:bool=False # Keep `save`'s files in memory until `write_later` (a store's: uploaded in the background)
     ): self.fs,self.checksums,self.later = fs or FileSystem(),{},[] if later else None
     def __getattr__(self, name): return getattr(self.fs, name) # `mkdir`, `exists`, `concat_path`... as `fs` has them
 
@@ -172,7 +172,7 @@ class ChecksumWriter(FileSystemWriter):
     def prepare_global_plan(self,
         plans # Every process's plan
     ):
-        "The coordinator's first step: in a store, what an earlier checkpoint of this name left is removed (manifest first)"
+        "The coordinator's first step: in a store, what an earlier checkpoint of this name left goes (manifest first)"
         if isinstance(self.fs.fs, StoreFS): rm_tree(StorePath(self.path, self.fs.fs.fs), first=manifest_name)
         return super().prepare_global_plan(plans)
 

@@ -82,8 +82,8 @@ def _save_state(self:Learner, path, tmp, position, async_save):
         tmp.mkdir(parents=True)
     self.barrier()
     sync_smooth_loss(self) # the recorded smooth losses, as one process would have them
-    # every file of this process goes through it, checksummed as it is written; a store's small files are uploaded with the
-    # tensors, in the background for `async_save`
+    # every file of this process goes through it, checksummed as it is written; a store's small files are uploaded
+    # with the tensors, in the background for `async_save`
     fs = ChecksumFS(StoreFS(str(tmp)), later=True) if store else ChecksumFS()
     # this process's own: random states, normalization statistics
     write_state_file(dict(rng_state(self), norm=norm_stats(self.model)), tmp/f'rng-{_rank(self)}.pt', 'random state',
