@@ -46,12 +46,12 @@ def restart_counts()->dict:
 # %% ../nbs/07_accelerator.ipynb #d9fab001
 def _env_flag(name): return os.environ.get(name, 'false').lower() == 'true' # how Accelerate reads its launch flags
 
-_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's optimizer "
-                  "and needs "
-    "`transformers`. To shard parameters, gradients and optimizer state across processes (as ZeRO-3 does), use FSDP2: "
-    "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate launch --use_fsdp "
-    "--fsdp_version 2`, "
-    "or choose FSDP (version 2) instead of DeepSpeed in `accelerate config`.")
+_deepspeed_msg = ("fastxtend_accel does not support DeepSpeed: Accelerate's DeepSpeed path replaces fastai's "
+                  "optimizer and needs `transformers`. To shard parameters, gradients and optimizer state across "
+                  "processes (as ZeRO-3 does), use FSDP2: "
+                  "`learn.accelerate(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))`, or `accelerate "
+                  "launch --use_fsdp --fsdp_version 2`, or choose FSDP (version 2) instead of DeepSpeed in "
+                  "`accelerate config`.")
 
 def _refuse_deepspeed(kwargs):
     if kwargs.get('deepspeed_plugin') is not None or kwargs.get('deepspeed_plugins') is not None:
@@ -65,9 +65,8 @@ def _fsdp_requested(kwargs):
     return kwargs.get('fsdp_plugin') is not None or _env_flag('ACCELERATE_USE_FSDP')
 
 _v1_msg = ("fastxtend_accel supports FSDP version 2 only, and Accelerate's `FullyShardedDataParallelPlugin` defaults "
-           "to version 1: "
-           "pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, or set "
-           "`fsdp_version: 2` in `accelerate config`.")
+           "to version 1: pass `FullyShardedDataParallelPlugin(fsdp_version=2, ...)`, launch with `--fsdp_version 2`, "
+           "or set `fsdp_version: 2` in `accelerate config`.")
 
 def _check_version(kwargs):
     "Refuse a request for FSDP version 1 (the plugin's, else the launcher's `FSDP_VERSION`, whose default is 1)"
@@ -82,15 +81,12 @@ def _fsdp_error(acc):
     if acc.distributed_type == DistributedType.FSDP: return _v1_msg
     if acc.num_processes == 1:
         return ("FSDP was requested, but this is a single process: FSDP shards a model across several processes. "
-                "Launch several "
-                "(`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the FSDP request to "
-                "train on one.")
+                "Launch several (`accelerate launch --num_processes N`, `torchrun --nproc_per_node N`), or drop the "
+                "FSDP request to train on one.")
     return (f"FSDP was requested, but Accelerate set up {acc.distributed_type.value} on {acc.device.type}: Accelerate "
-            "runs FSDP only on GPUs "
-            "(and other accelerator devices), and on CPU processes it trains plain, unsharded DDP without a warning. "
-            "Run on GPUs, "
-            "or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, ACCELERATE_USE_FSDP, or FSDP in "
-            "`accelerate config`) to train with DDP.")
+            "runs FSDP only on GPUs (and other accelerator devices), and on CPU processes it trains plain, unsharded "
+            "DDP without a warning. Run on GPUs, or drop the FSDP request (the `fsdp_plugin` argument, `--use_fsdp`, "
+            "ACCELERATE_USE_FSDP, or FSDP in `accelerate config`) to train with DDP.")
 
 def check_accelerator(acc:Accelerator # A ready accelerator, passed to `Learner.accelerate`
                      ):
@@ -192,7 +188,6 @@ def check_cpu_bf16(acc, # An `Accelerator`
         {type(m).__name__ for m in model.modules() if isinstance(m, nn.RNNBase) and not _cpu_bf16_runs(type(m))}
     )
     if bad: raise ValueError(f"torch's CPU bf16 autocast can't run `nn.{'`, `nn.'.join(bad)}` on this CPU (oneDNN has "
-                             "no bf16 kernel for "
-                             "its instruction set; CPUs with AVX-512 have one): train this model with "
-                             "`.accelerate(mixed_precision='no')` "
-                             "here, or in bf16 on a CPU with AVX-512 or a GPU.")
+                             "no bf16 kernel for its instruction set; CPUs with AVX-512 have one): train this model "
+                             "with `.accelerate(mixed_precision='no')` here, or in bf16 on a CPU with AVX-512 or a "
+                             "GPU.")

@@ -56,10 +56,9 @@ class ShardedDL(DistributedDL):
         if split_batches and (dl.bs is None or dl.bs % world_size):
             ok = [n for n in range(1, (dl.bs or 0)+1) if dl.bs % n == 0]
             raise ValueError(f"`split_batches=True` divides each batch of {dl.bs} items among the processes, but "
-                             f"{world_size} "
-                             f"processes can't share it evenly: launch {', '.join(map(str, ok))} processes, or use a "
-                             "`bs` "
-                             f"that {world_size} divides (or `split_batches=False`: then `bs` is per process)")
+                             f"{world_size} processes can't share it evenly: launch {', '.join(map(str, ok))} "
+                             f"processes, or use a `bs` that {world_size} divides (or `split_batches=False`: then `bs` "
+                             "is per process)")
         if is_lm_loader(dl): dl = _lm_rows(dl, world_size, split_batches)
         elif split_batches:
             dl = copy(dl) # same generator, dataset and transforms; a batch size of its own

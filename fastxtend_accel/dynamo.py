@@ -28,8 +28,7 @@ def _check_torch(version:str=torch.__version__ # A torch version string
     "`version` if models can be compiled in place with it, else an ImportError saying what to do"
     if Version(version).release >= Version(_min_torch).release: return version # a nightly of 2.2 is 2.2
     raise ImportError(f"fastxtend_accel.compiler needs torch>={_min_torch} to compile models in place (found "
-                      f"{version}). "
-                      f"Upgrade with `pip install -U 'torch>={_min_torch}'`, or train without compiling.")
+                      f"{version}). Upgrade with `pip install -U 'torch>={_min_torch}'`, or train without compiling.")
 
 _check_torch()
 import torch._dynamo # imported after the check: older versions lack `explain`'s `ExplainOutput`

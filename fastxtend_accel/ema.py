@@ -41,8 +41,7 @@ def _check_device(device)->torch.device:
                                             "device (None) or the CPU")
     if dev.type not in ('cpu', 'xla') and not (hasattr(torch, dev.type) and getattr(torch, dev.type).is_available()):
         raise ValueError(f"`ema_device={device!r}`: there is no {dev.type} device here. Keep the average on the "
-                         "model's "
-                         "device (`ema_device=None`) or the CPU.")
+                         "model's device (`ema_device=None`) or the CPU.")
     return dev
 
 def _check_placement(model_dev, ema_dev, validate, sharded):

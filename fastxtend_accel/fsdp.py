@@ -180,17 +180,15 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
         ids = {id(p) for p in model.parameters()}
         stale = [p for p in opt_params(opt) if id(p) not in ids]
         if stale: raise ValueError(f"`learn.opt` steps {len(stale)} parameter(s) that are not the sharded model's, and "
-                                   "would update them "
-                                   "for nothing: call `learn.create_opt()` to build an optimizer on the sharded "
-                                   "parameters.")
+                                   "would update them for nothing: call `learn.create_opt()` to build an optimizer on "
+                                   "the sharded parameters.")
     return model
 
 # %% ../nbs/06_fsdp.ipynb #70ed2cdb
 def _refuse(m, args):
     raise RuntimeError("The model is sharded with FSDP2: it runs only on every process together, never on one alone "
-                       "(it would wait "
-                       "forever for the others). Run it on every process, outside `main_process_only` and "
-                       "`Learner.single_process`.")
+                       "(it would wait forever for the others). Run it on every process, outside `main_process_only` "
+                       "and `Learner.single_process`.")
 
 @contextmanager
 def forward_refused(model:nn.Module # A module sharded with FSDP2

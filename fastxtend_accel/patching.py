@@ -32,9 +32,8 @@ def check_fastai_version(version:str=fastai.__version__ # A fastai version strin
     lo,hi = supported_fastai
     if Version(lo) <= Version(version) < Version(hi): return version
     raise ImportError(f"fastxtend_accel patches fastai {lo}.x internals and was tested with fastai 2.8.12, but fastai "
-                      f"{version} is installed: "
-                      f"`pip install 'fastai>={lo},<{hi}'`, or use a fastxtend_accel release made for fastai "
-                      f"{version}.")
+                      f"{version} is installed: `pip install 'fastai>={lo},<{hi}'`, or use a fastxtend_accel release "
+                      f"made for fastai {version}.")
 
 check_fastai_version()
 

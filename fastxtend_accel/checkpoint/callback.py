@@ -224,10 +224,9 @@ def _tell_resume(self:CheckpointCallback, p, g, n):
     )
     if p.get('global_bs', g) == g: return
     warn(f"Checkpoint {self.ckpt} was trained on batches of {p['global_bs']} items, this run's have {g} ({n} "
-         "process(es)): training goes on "
-         "from the next item, but with other batches, optimizer steps and schedule than the interrupted run. For the "
-         "same batches, "
-         f"resume with `.accelerate(split_batches=True)` and `bs={p['global_bs']}`.")
+         "process(es)): training goes on from the next item, but with other batches, optimizer steps and schedule "
+         "than the interrupted run. For the same batches, resume with `.accelerate(split_batches=True)` and "
+         f"`bs={p['global_bs']}`.")
 
 # %% ../../nbs/16_checkpoint.ipynb #98ec211b
 @patch
@@ -236,8 +235,8 @@ def _check_loader(self:CheckpointCallback):
     if isinstance(dl, DataLoader): return
     kind = f'{type(dl).__module__}.{type(dl).__qualname__}'
     if self.every_steps: raise ValueError("`every_steps` checkpoints resume mid-epoch, which needs a fastai "
-                                          "`DataLoader` for training "
-                                          f"(this one is a {kind}): use `every_epochs`, or a fastai `DataLoader`")
+                                          f"`DataLoader` for training (this one is a {kind}): use `every_epochs`, or a "
+                                          "fastai `DataLoader`")
     if self.on_signal:
         warn(f"Checkpoints on SIGTERM/SIGINT are taken mid-epoch, which needs a fastai `DataLoader` ({kind} here): "
              "signals are left alone")

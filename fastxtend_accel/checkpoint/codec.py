@@ -67,8 +67,8 @@ def encode_state(o, # What to write: fastai's and numpy's values in lists, tuple
         res = copy_metadata(o, type(o)((k, encode_state(v, (where, k))) for k,v in o.items()))
         return {_tag: 'dict', 'items': list(res.items())} if _tag in o else res
     raise TypeError(f"Can't checkpoint {_where(where)}: a {type(o).__module__}.{type(o).__qualname__}. Checkpoints "
-                    "hold tensors, numbers, "
-                    "strings, lists, tuples, dicts, fastai's `L`, numpy numbers and arrays, and paths")
+                    "hold tensors, numbers, strings, lists, tuples, dicts, fastai's `L`, numpy numbers and arrays, "
+                    "and paths")
 
 def _tensor_cls(name):
     "The `Tensor` subclass `name` (`module:qualname`), from a module already imported: loading imports nothing"
@@ -136,7 +136,6 @@ def read_state_file(fn:Path # A file `write_state_file` wrote: a `Path`, or a fi
         unsafe = _unsafe_globals(src) if isinstance(e, pickle.UnpicklingError) else None
         if not unsafe: raise ValueError(f"Can't read checkpoint file {fn} (truncated or corrupt?): {e}") from None
         raise TypeError(f"Checkpoint file {fn} is readable but holds {', '.join(unsafe)}, which a weights-only load "
-                        "refuses "
-                        "(it was not written by this version's `save_state`). If you trust the file, read it with "
-                        "`torch.load(fn, weights_only=False)`") from None
+                        "refuses (it was not written by this version's `save_state`). If you trust the file, read it "
+                        "with `torch.load(fn, weights_only=False)`") from None
     return decode_state(res)
