@@ -85,6 +85,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                      'fastxtend_accel/callback.py'),
                                           'fastxtend_accel.callback.AcceleratorCallback._check_callbacks': ( 'callback.html#acceleratorcallback._check_callbacks',
                                                                                                              'fastxtend_accel/callback.py'),
+                                          'fastxtend_accel.callback.AcceleratorCallback._per_batch': ( 'callback.html#acceleratorcallback._per_batch',
+                                                                                                       'fastxtend_accel/callback.py'),
                                           'fastxtend_accel.callback.AcceleratorCallback._set_idle': ( 'callback.html#acceleratorcallback._set_idle',
                                                                                                       'fastxtend_accel/callback.py'),
                                           'fastxtend_accel.callback.AcceleratorCallback._shard': ( 'callback.html#acceleratorcallback._shard',

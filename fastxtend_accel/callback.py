@@ -104,6 +104,12 @@ class AcceleratorCallback(ExtendingCallback):
             if self.accelerator.scaler is None: self.idle_events.add('before_step')
         if self.learn is not None: reset_event_lists(self.learn)
 
+    def _per_batch(self, *args, **kwargs):
+        raise RuntimeError("AcceleratorCallback's events of each batch are defined in `fastxtend_accel.stepping`: "
+                           "import `fastxtend_accel.core` (it imports them with the callback), as training scripts do")
+    # each batch's work, declared here and defined in `fastxtend_accel.stepping` (a module above this one)
+    before_batch = after_batch = after_pred = after_loss = before_step = backward = step = global_items = _per_batch
+
     @property
     def training(self): return self.learn.training # what fastai's `Callback.__call__` asks (not the `Accelerator`'s)
 

@@ -21,7 +21,7 @@ __all__ = ['AttachedAccelerator', 'is_distributed', 'Reduction', 'sync_buffers',
 Learner.accelerator = None
 
 class AttachedAccelerator(Protocol):
-    "What this library's modules below `core` read of `learn.accelerator` (`core.AcceleratorCallback` provides it)"
+    "What this library's modules below `callback` read of `learn.accelerator` (`callback.AcceleratorCallback` provides it)"
     distributed:bool # The work is shared between the processes now: a fit on several, not an evaluation on one
     device:torch.device # Where batches, and the tensors of collectives, go
     num_processes:int # Processes in this run

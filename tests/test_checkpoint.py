@@ -150,6 +150,22 @@ def test_a_signal_after_a_failed_fit_goes_to_the_handler_before(tmp_path):
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and cb.signals.old_handlers == {}
     finally: signal.signal(signal.SIGINT, kept)
 
+def test_a_fit_after_a_failed_one_gives_the_handlers_back(tmp_path):
+    "A fit that raised, then one that ends, with the same callback: Python's own handler is back, and Ctrl-C interrupts"
+    class Fail(Callback):
+        def after_batch(self):
+            if self.training and self.iter == 1: raise RuntimeError('a bug in a callback')
+    kept = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        learn = synth_learner_digits(n=256)
+        cb = CheckpointCallback(tmp_path, every_epochs=None)
+        with learn.no_bar(), learn.no_logging():
+            with pytest.raises(RuntimeError, match='a bug in a callback'): learn.fit(1, cbs=[cb, Fail()])
+            learn.fit(1, cbs=cb)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
+    finally: signal.signal(signal.SIGINT, kept)
+
 def test_evaluation_is_not_a_fit(tmp_path):
     import signal
     from fastai.callback.schedule import lr_find

@@ -50,7 +50,7 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(wheel, tmp_path):
         assert res.returncode == 0 and 'usage' in res.stdout.lower(), (tool, res.stdout[-2000:], res.stderr[-2000:])
 
 def test_demo_command_on_a_fresh_clone(tmp_path):
-    "The README's demo, `bash tools/demo.sh`, on a fresh clone: it sets up, then 2 processes train and print the accuracy"
+    "The README's demo, `bash tools/demo.sh`, on a fresh clone (of the committed HEAD): set up, 2 processes train"
     clone = tmp_path/'clone'
     subprocess.run(['git', 'clone', '-q', ROOT, clone], check=True)
     # the clone's venv sees the tree's packages through a `.pth` (no second download of torch and fastai); `setup.sh`

@@ -21,6 +21,7 @@ class StopSignals:
 @patch
 def install(self:StopSignals, learn:Learner): # The learner whose fit handles the signals
     "Handle SIGTERM/SIGINT during `learn`'s fit (from the main thread; elsewhere nothing is installed)"
+    if self.old_handlers: self.remove() # a fit that raised left these in place: the ones from before it come back
     self.learn,self.signalled,self.old_handlers = learn,0,{}
     if threading.current_thread() is not threading.main_thread(): return
     for s in (signal.SIGTERM, signal.SIGINT): self.old_handlers[s] = signal.signal(s, self.handler)
