@@ -133,38 +133,36 @@ def test_resume_at_fit_boundary(tmp_path):
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000000-f000'
     _same(run(CheckpointCallback(tmp_path, every_epochs=1, resume=True)), ref)
 
-def test_a_signal_after_a_failed_fit_goes_to_the_handler_before(tmp_path):
-    "A fit that raised keeps its handlers: the first SIGINT after it removes them and reaches Python's (KeyboardInterrupt)"
-    class Fail(Callback):
-        def after_batch(self):
-            if self.training and self.iter == 1: raise RuntimeError('a bug in a callback')
+class FailAtBatch1(Callback):
+    def after_batch(self):
+        if self.training and self.iter == 1: raise RuntimeError('a bug in a callback')
+
+@pytest.fixture
+def failed_fit(tmp_path):
+    "A learner and its `CheckpointCallback` after a fit that raised, with Python's own SIGINT handler before it"
     # Python's own to start with: a failed fit of an earlier test may have left its handlers, which pass it on too
     kept = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         learn = synth_learner_digits(n=256)
         cb = CheckpointCallback(tmp_path, every_epochs=None)
         with learn.no_bar(), learn.no_logging(), pytest.raises(RuntimeError, match='a bug in a callback'):
-            learn.fit(1, cbs=[cb, Fail()])
-        assert signal.getsignal(signal.SIGINT) == cb.signals.handler and not learn.in_fit
-        with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and cb.signals.old_handlers == {}
+            learn.fit(1, cbs=[cb, FailAtBatch1()])
+        yield learn,cb
     finally: signal.signal(signal.SIGINT, kept)
 
-def test_a_fit_after_a_failed_one_gives_the_handlers_back(tmp_path):
+def test_a_signal_after_a_failed_fit_goes_to_the_handler_before(failed_fit):
+    "A fit that raised keeps its handlers: the first SIGINT after it removes them and reaches Python's (KeyboardInterrupt)"
+    learn,cb = failed_fit
+    assert signal.getsignal(signal.SIGINT) == cb.signals.handler and not learn.in_fit
+    with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and cb.signals.old_handlers == {}
+
+def test_a_fit_after_a_failed_one_gives_the_handlers_back(failed_fit):
     "A fit that raised, then one that ends, with the same callback: Python's own handler is back, and Ctrl-C interrupts"
-    class Fail(Callback):
-        def after_batch(self):
-            if self.training and self.iter == 1: raise RuntimeError('a bug in a callback')
-    kept = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        learn = synth_learner_digits(n=256)
-        cb = CheckpointCallback(tmp_path, every_epochs=None)
-        with learn.no_bar(), learn.no_logging():
-            with pytest.raises(RuntimeError, match='a bug in a callback'): learn.fit(1, cbs=[cb, Fail()])
-            learn.fit(1, cbs=cb)
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
-    finally: signal.signal(signal.SIGINT, kept)
+    learn,cb = failed_fit
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, cbs=cb)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt): signal.raise_signal(signal.SIGINT)
 
 def test_evaluation_is_not_a_fit(tmp_path):
     import signal

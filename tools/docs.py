@@ -123,8 +123,8 @@ sections = {
     'Tutorial': ['tutorial'],
     'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/slurm', 'guides/checkpoints',
                       'guides/s3', 'guides/micro_batches', 'guides/fsdp2', 'guides/tpu', 'guides/evaluation'],
-    'Reference': ['core', 'callback', 'processes', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog', 'monitors', 'trackers',
-                  'profiler', 'ema', 'guard', 'activations', 'microbatch'],
+    'Reference': ['core', 'callback', 'processes', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog',
+                  'monitors', 'trackers', 'profiler', 'ema', 'guard', 'activations', 'microbatch'],
     'Explanation': ['architecture', 'guides/benchmarks'],
 }
 
@@ -242,8 +242,9 @@ def _imports_cmd():
     print("every import is in a cell of its own")
 
 def _left_out(cell):
-    "Whether `nbdev-test` leaves `cell` out on a CPU: not code, or a GPU's or a slow lesson (`#| cuda`, `#| slow`)"
-    return cell.cell_type != 'code' or bool(re.search(r'^#\|\s*(cuda|slow)\b', cell.source, re.M))
+    "Whether `nbdev-test --flags multiproc` leaves `cell` out: not code, or flagged with another `tst_flags` one"
+    flags = '|'.join(f for f in get_config().tst_flags.split() if f != 'multiproc')
+    return cell.cell_type != 'code' or bool(re.search(rf'^#\|\s*({flags})\b', cell.source, re.M))
 
 def _outputs_cmd(paths):
     "Run each notebook top to bottom in one shell, as `nbdev-test --flags multiproc` does, and save its outputs"
