@@ -4,7 +4,7 @@
 
 # %% ../nbs/06_fsdp.ipynb #e428739b
 from __future__ import annotations
-import os, weakref
+import dataclasses, os, weakref
 from contextlib import contextmanager
 from copy import deepcopy
 from itertools import chain
@@ -22,17 +22,18 @@ from .patching import (kept, accelerate_state, set_accelerate_state, reset_accel
                                       set_module_tensor)
 
 # %% auto #0
-__all__ = ['check_fsdp2_torch', 'is_fsdp2', 'fsdp2_plugin', 'is_sharded', 'reshard', 'meta_copy', 'meta_skeleton', 'shard_like',
-           'shard_state', 'opt_states', 'move_opt', 'opt_params', 'place_state', 'prepare_fsdp', 'forward_refused']
+__all__ = ['shard_fillers', 'check_fsdp2_torch', 'is_fsdp2', 'fsdp2_plugin', 'is_sharded', 'reshard', 'meta_copy',
+           'meta_skeleton', 'shard_like', 'shard_state', 'opt_states', 'move_opt', 'opt_params', 'place_state',
+           'prepare_fsdp', 'forward_refused']
 
 # %% ../nbs/06_fsdp.ipynb #2a7c00ca
 # `torch.distributed.fsdp.fully_shard` public, `distribute_tensor(src_data_rank=)`, Accelerate's FSDP2 minimum
 _min_torch = '2.6'
 _has_fsdp2 = ismin_torch(_min_torch)
 if _has_fsdp2:
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
     from torch.distributed.tensor import DTensor, distribute_tensor
-else: FSDPModule = DTensor = type('_Missing', (), {}) # nothing is ever an instance
+else: FSDPModule = DTensor = MixedPrecisionPolicy = type('_Missing', (), {}) # nothing is ever an instance
 
 # %% ../nbs/06_fsdp.ipynb #90dca103
 def check_fsdp2_torch():
@@ -87,6 +88,8 @@ def meta_copy(model:nn.Module # Any module, plain or compiled in place
     memo = {id(t): _meta(t) for t in chain(model.parameters(), model.buffers())}
     for m in model.modules():
         for k,d in vars(m).items():
+            # a tensor kept as a plain attribute (fastai's `WeightDropout` keeps a weight computed from its raw one)
+            if isinstance(d, Tensor): memo[id(d)] = torch.empty_like(d, device='meta', requires_grad=False)
             if k.endswith('hooks') and isinstance(d, dict):
                 memo[id(d)] = type(d)((i,h) for i,h in d.items() if not isinstance(getattr(h, '__self__', None), Hook))
         if compiled_call(m) is not None: memo[id(compiled_call(m))] = None
@@ -97,6 +100,10 @@ def meta_copy(model:nn.Module # Any module, plain or compiled in place
 
 # sharded model -> its unsharded copy on the meta device, for `save`, `load` and `export`
 _skeletons = weakref.WeakKeyDictionary()
+
+# Extension point: a model built on the meta device (`fastxtend_accel.sharded_init`) -> what gives it its values when
+# `prepare_fsdp` shards it: `release(acc)` before (nothing read from the model yet), `fill(model, device)` after
+shard_fillers = weakref.WeakKeyDictionary()
 
 def meta_skeleton(model):
     if model not in _skeletons:
@@ -154,11 +161,24 @@ def _track(acc, model):
     "Have `acc` know `model` as prepared again (`release_prepared` dropped it): `save_state` and clipping look there"
     track_prepared(acc, model)
 
-def _prepare(acc, model, params):
+def _canonical(name): return name.replace('_orig_mod.', '') # a compiled wrapper's prefix, as Accelerate strips it
+
+def _fp32_outputs(plugin):
+    "Outputs in fp32 under a low-precision policy, as DDP's autocast gives them: fastai's losses and `Recorder` expect it"
+    pol = plugin.mixed_precision_policy # (Accelerate asks for outputs in the low precision)
+    if isinstance(pol, MixedPrecisionPolicy) and pol.output_dtype not in (None, torch.float32):
+        plugin.mixed_precision_policy = dataclasses.replace(pol, output_dtype=torch.float32)
+
+def _prepare(acc, model, params, filler=None):
     "Shard `model` through Accelerate's FSDP2 `prepare`, and the sharded parameters that replace `params`, in order"
+    if is_fsdp2(acc): _fp32_outputs(fsdp2_plugin(acc))
+    names = {id(p): _canonical(n) for n,p in model.named_parameters()}
     model,view = acc.prepare(model, _ParamsView(params)) # Accelerate's FSDP2 contract: model and optimizer together
     untrack_prepared(acc, view) # a stand-in: fastai's optimizer steps, and `AcceleratorCallback` prepares it
-    return model,view.param_groups[0]['params']
+    if filler is not None: filler.fill(model, acc.device)
+    # by name: Accelerate pairs them by data pointer, which parameters on the meta device share (all 0)
+    now = {_canonical(n): p for n,p in model.named_parameters()}
+    return model,[now.get(names.get(id(p)), q) for p,q in zip(params, view.param_groups[0]['params'])]
 
 def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
                  model:nn.Module, # The learner's model, plain or already sharded
@@ -169,11 +189,12 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
         reshard(model)
         _track(acc, model)
     else:
-        # with it, Accelerate broadcasts itself
-        if not acc.state.fsdp_plugin.cpu_ram_efficient_loading: _broadcast(model)
+        filler = shard_fillers.pop(model, None) # built on the meta device: its values come once it is sharded
+        if filler is not None: filler.release(acc)
+        elif not acc.state.fsdp_plugin.cpu_ram_efficient_loading: _broadcast(model) # with it, Accelerate broadcasts
         skeleton = meta_copy(model)
         old = list({id(p): p for p in (opt_params(opt) if opt is not None else model.parameters())}.values())
-        model,new = _prepare(acc, model, old)
+        model,new = _prepare(acc, model, old, filler)
         _skeletons[model] = skeleton
         if opt is not None: move_opt(opt, dict(zip(old, new)))
     if opt is not None:

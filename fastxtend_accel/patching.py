@@ -21,7 +21,7 @@ __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 
            'forget_prepared', 'reuse_amp_forward', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init',
            'recorder_metrics', 'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward',
            'unwrap_torch_compiled', 'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata',
-           'set_module_tensor']
+           'set_module_tensor', 'factory_functions', 'storage_id']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -215,3 +215,17 @@ def set_module_tensor(m:nn.Module, # The module holding the tensor
                      ):
     "Replace `m`'s parameter or buffer `name` by `t`"
     (m._parameters if name in m._parameters else m._buffers)[name] = t
+
+# %% ../nbs/01_patching.ipynb #5f6db57d
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.nn.modules.module import _IncompatibleKeys as IncompatibleKeys
+
+def factory_functions()->set:
+    "torch's functions that make a tensor on a device (`device=`), as `with torch.device(...)` places them"
+    from torch.utils._device import _device_constructors
+    return _device_constructors()
+
+def storage_id(t:Tensor)->int:
+    "Which storage `t` is a view of, on any device (the meta device's have no data pointer)"
+    return t.untyped_storage()._cdata

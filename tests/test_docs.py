@@ -1,5 +1,5 @@
 "The site `bash tools/docs.sh` builds (`_docs/`), in headless Chromium: every page, link, anchor, the search, offline"
-import functools, http.server, os, re, shutil, tempfile, threading
+import ast, functools, http.server, os, re, shutil, tempfile, threading
 from pathlib import Path
 from urllib.parse import urlsplit
 import pytest
@@ -7,6 +7,9 @@ import pytest
 SITE = Path(__file__).parents[1]/'_docs'
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
 _ADDRESS = re.compile(r'<object object at|\bat 0x[0-9a-fA-F]{6,}') # a default's repr with its memory address
+_ENTRY = re.compile(r'<p><span id="([^"]+)"></span></p>') # an API entry's anchor (tools/docs.py, before show_doc's)
+REFERENCE = ['accelerate', 'processes', 'compiler', 'checkpoints', 'clusters', 'monitors', 'ema', 'guard',
+             'activations', 'microbatch'] # nbs/reference/, in the sidebar's order
 _FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
           '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
@@ -75,13 +78,21 @@ def test_every_notebook_has_a_page(visited):
     want = {nbpath2html(Path(p).relative_to(nbs)).as_posix() for p in nbglob(nbs)}
     assert 'index.html' in want and want <= set(visited), sorted(want - set(visited))
 
+def _sidebar(html):
+    "The sidebar's sections: each caption's pages, in order"
+    parts = re.split(r'<span class="caption-text">([^<]+)</span>', html)[1:]
+    return {cap: re.findall(r'<li class="toctree-l1"><a class="reference internal" href="([^"#]+)"', body)
+            for cap,body in zip(parts[::2], parts[1::2])}
+
 def test_sidebar_for_users(visited):
     "The sidebar as users read it (tutorial, how-to guides, reference, explanation), the internals last; every page in it"
     page = visited['index.html']
-    assert re.findall(r'<span class="caption-text">([^<]+)</span>', page['html']) == [
-        'Tutorial', 'How-to guides', 'Reference', 'Explanation', 'Internals']
+    side = _sidebar(page['html'])
+    assert list(side) == ['Tutorial', 'How-to guides', 'Reference', 'Explanation', 'Internals']
+    assert side['Reference'] == [f'reference/{n}.html' for n in REFERENCE] # the public API alone
+    assert {'core.html', 'callback.html', 'checkpoint.html', 'microbatch.html'} <= set(side['Internals'])
     linked = {urlsplit(l).path.lstrip('/') for l in page['links']}
-    assert {'tutorial.html', 'guides/migrating.html', 'checkpoint.html', 'microbatch.html'} <= linked
+    assert {'tutorial.html', 'guides/migrating.html', 'reference/checkpoints.html', 'checkpoint.html'} <= linked
     own = {'index.html', 'search.html', 'genindex.html', 'py-modindex.html'} # Sphinx's, and the landing page
     assert sorted(n for n in visited if n not in own and n not in linked) == []
 
@@ -115,13 +126,49 @@ def test_signatures_have_no_addresses(visited):
     bad = {n: f for n,f in found.items() if f}
     assert not bad, bad
 
-def test_api_reference_rendered(visited):
+@pytest.mark.parametrize('page', ['reference/accelerate.html', 'callback.html']) # its reference, and where it is taught
+def test_api_reference_rendered(visited, page):
     "show_doc's signature and docstring for the main entry point, under nbdev's anchor"
-    page = visited['callback.html'] # `Learner.accelerate` is taught beside the callback it adds
+    page = visited[page]
     assert 'learner.accelerate' in page['ids']
     assert 'def accelerate(' in page['text'] and 'split_batches:bool=False' in page['text']
 
-@pytest.mark.parametrize('word,page', [('accelerate', 'callback.html'), ('CheckpointCallback', 'checkpoint.html')])
+def _public_anchors():
+    """nbdev's anchor (`_modidx.py`) of each name a user calls or passes: a name in its module's `__all__`, or a method
+    or patch of a class (`Learner.accelerate`, `EMACallback.swapped`); no `_` name, no event a callback handles"""
+    from fastxtend_accel._modidx import d
+    @functools.cache
+    def names(path): # the module's `__all__`, read without importing it (and torch)
+        for n in ast.parse((Path(__file__).parents[1]/path).read_text()).body:
+            if isinstance(n, ast.Assign) and [getattr(t, 'id', '') for t in n.targets] == ['__all__']:
+                return set(ast.literal_eval(n.value))
+        return set()
+    res = set()
+    for mod,syms in d['syms'].items():
+        for sym,(url,path) in syms.items():
+            parts = sym[len(mod)+1:].split('.')
+            if any(p.startswith('_') for p in parts) or re.match(r'(before|after)_', parts[-1]): continue
+            if len(parts) > 1 or parts[0] in names(path): res.add(url.split('#')[1])
+    return res
+
+def test_reference_documents_public_names(visited):
+    "Each reference page documents public names only, at least one; `CheckpointCallback` has its entry on its page"
+    public = _public_anchors()
+    assert {'learner.accelerate', 'checkpointcallback', 'emacallback.swapped', 'reduction'} <= public
+    assert not {'_averaged', 'checkpointcallback.before_fit', 'acceleratorcallback.after_batch'} & public
+    entries = {n: _ENTRY.findall(v['html']) for n,v in visited.items() if n.startswith('reference/')}
+    assert sorted(entries) == sorted(f'reference/{n}.html' for n in REFERENCE)
+    assert {n: sorted(set(e) - public) for n,e in entries.items()} == {n: [] for n in entries}
+    assert [n for n,e in entries.items() if not e] == []
+    assert entries['reference/checkpoints.html'] == [
+        'checkpointcallback', 'learner.save_state', 'learner.load_state', 'learner.finish_save', 'learner.verify_state',
+        'latest_checkpoint', 'scan_checkpoints', 'verify_checkpoint', 'verify_checkpoint_cmd', 'checkpoint_to_weights',
+        'stopsignals']
+    assert 'checkpointcallback' in visited['reference/checkpoints.html']['ids']
+    assert entries['reference/accelerate.html'][:2] == ['learner.accelerate', 'acceleratorcallback']
+
+@pytest.mark.parametrize('word,page', [('accelerate', 'callback.html'), ('CheckpointCallback', 'checkpoint.html'),
+                                       ('CheckpointCallback', 'reference/checkpoints.html')])
 def test_search_finds(base, browser, word, page):
     "Type into the search box as a reader does; Sphinx's search, in the page, lists the page that teaches `word`"
     tab = browser.new_page()
@@ -147,7 +194,8 @@ def test_screenshots(base, browser, tmp_path):
     "The landing page and the core page render as pictures a person can look at (kept in `DOCS_SCREENSHOTS=folder`)"
     out = Path(os.environ.get('DOCS_SCREENSHOTS') or tmp_path)
     page = browser.new_page()
-    for name in ('index.html', 'core.html', 'callback.html#learner.accelerate', 'guides/evaluation.html'):
+    for name in ('index.html', 'core.html', 'callback.html#learner.accelerate', 'reference/checkpoints.html',
+                 'guides/evaluation.html'):
         page.goto(base + name)
         page.wait_for_timeout(1500) # Furo's smooth scroll to the anchor
         png = out/f"{name.replace('.html', '').replace('#', '-').replace('/', '-')}.png"

@@ -1,12 +1,13 @@
 """FSDP2 through `learn.accelerate(fsdp_plugin=...)` and `accelerate launch --use_fsdp --fsdp_version 2` on 2 real CPU processes,
 against DDP on the same data and weights: one launch runs every scenario (tests/scripts/fsdp_scenarios.py). On CPU, Accelerate's FSDP2
 path is set up by the test-only `fastxtend_accel.cpu_fsdp.cpu_fsdp_accelerator`; on GPUs it would not be needed."""
+import json, sys
 import pytest, torch
 from torch import nn, Tensor
 from fastai.learner import load_learner
 from fastxtend_accel.core import * # `Learner.accelerate`
 from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, torchrun_cmd, run_cmd, run_ranks, free_port
-from conftest import SCRIPTS
+from conftest import SCRIPTS, REPO
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
@@ -14,7 +15,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,env,errors'], out,
+    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,env,errors,sharded'], out,
                      timeout=900), out
 
 @pytest.fixture(scope='module')
@@ -183,3 +184,55 @@ def test_own_fully_shard_without_accelerator(tmp_path):
         out[mode] = json.loads(r.stdout.strip().splitlines()[-1])
     assert out['stock'].get('loaded'), out
     assert out['lib'] == {**out['stock'], 'saved': out['stock']['saved'].replace('stock', 'lib')}, out
+
+# models built in shards (`fastxtend_accel.sharded_init`): scenario `sharded`, built as usual and in the block from one seed
+def _same(a, b): return len(a) == len(b) > 0 and all(torch.equal(x, y) for x,y in zip(a, b))
+
+@pytest.mark.parametrize('case', ['learner', 'tabular', 'bf16', 'compiled', 'text_loaded'])
+def test_sharded_init_trains_as_built_in_full(runs, case):
+    "A learner built in `sharded_init` waits for its shards, then trains under FSDP2 exactly as one built as usual"
+    for r in runs[0]:
+        full,sharded = r['sharded'][case][False],r['sharded'][case][True]
+        assert (full['pending'], sharded['pending']) == (False, True)
+        assert sharded['kinds'] == ['DTensor'] and not sharded['notices']
+        assert _same(full['tensors'], sharded['tensors']) # parameters and buffers after the fit, to the bit
+        assert full['values'] == sharded['values']
+
+def test_sharded_init_without_fsdp(runs):
+    "Accelerated without FSDP2 (DDP here), a model built in the block is built in full, with a notice, as usual"
+    for r in runs[0]:
+        full,built = r['sharded']['ddp'][False],r['sharded']['ddp'][True]
+        assert built['kinds'] == ['Parameter'] and _same(full['tensors'], built['tensors'])
+        assert built['notices'] == ["`Sequential` built in full: this fit does not shard it (no FSDP2)"] and not full['notices']
+
+def test_sharded_init_loads_a_file(runs):
+    "`learn.load` of a pretrained-style file before the first fit: each process's shards hold the file's values"
+    for r in runs[0]:
+        file,starts = r['sharded']['text_file'],r['sharded']['text_start']
+        full,sharded = starts
+        assert set(sharded) == set(full) and all(torch.equal(sharded[n], full[n]) for n in full)
+        assert all(torch.equal(sharded[n], file[n]) for n in sharded) # the file's values, not the initial ones
+        assert len(sharded) == 9 and any('raw' in n for n in sharded) # `WeightDropout`'s raw LSTM weight included
+
+def test_sharded_init_resumes(runs):
+    "Checkpointed and resumed by a learner built in the block again: the same as the epochs run straight"
+    for r in runs[0]:
+        straight,resumed = r['sharded']['resume']['straight'],r['sharded']['resume']['resumed']
+        assert _same(straight['tensors'], resumed['tensors']) and straight['values'][-1] == resumed['values'][-1]
+
+def test_sharded_init_refuses_main_process_loading(runs):
+    for r in runs[0]:
+        assert "`cpu_ram_efficient_loading` loads full weights on the main process: turn it off" in r['sharded']['ram_efficient']
+
+def test_sharded_init_memory(tmp_path):
+    "bench/bench_sharded_init.py, 2 fresh processes each way: a model over each process's budget fits only in shards"
+    out = tmp_path/'res.json'
+    run_cmd([sys.executable, REPO/'bench'/'bench_sharded_init.py', '--json', out], timeout=600, cwd=REPO)
+    rows = {(r['way'], r['rank']): r for r in json.loads(out.read_text())}
+    for rank in (0, 1):
+        full,sharded = rows['full', rank],rows['sharded', rank]
+        assert full['budget'] < full['size'] # the whole model is over the budget
+        assert not full['fits'] and "can't allocate memory" in full['error']
+        # its half of each of the 64 layers; the last layer's one row (1025 values) is all on rank 0
+        assert sharded['fits'] and abs(sharded['held'] - full['size']/2) <= 1025*4
+        assert sharded['peak_added'] < sharded['budget'] # (RLIMIT_AS caps virtual memory; the peak is resident)

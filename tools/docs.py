@@ -117,14 +117,15 @@ def _stage_nb(nb, page, anchors, git_url):
             cells.append(_cell('code', src, outs, tags + (['hide-input'] if dirs.get('code-fold') else [])))
     return dict(nb, cells=cells, nbformat=4, nbformat_minor=5)
 
-# The sidebar, laid out for users: a tutorial, how-to guides, the reference of what they call, explanations; the
-# book's other modules (what the library is built of) under Internals, in nbdev's order
+# The sidebar, laid out for users: a tutorial, how-to guides, the reference of what they call (nbs/reference/: the
+# public API alone), explanations; the book's modules (what the library is built of) under Internals, in nbdev's order
 sections = {
     'Tutorial': ['tutorial'],
     'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/slurm', 'guides/checkpoints',
                       'guides/s3', 'guides/micro_batches', 'guides/fsdp2', 'guides/tpu', 'guides/evaluation'],
-    'Reference': ['core', 'callback', 'processes', 'compiler', 'dynamo', 'checkpoint', 'requeue', 'watchdog',
-                  'monitors', 'trackers', 'profiler', 'ema', 'guard', 'activations', 'microbatch'],
+    'Reference': ['reference/accelerate', 'reference/processes', 'reference/compiler', 'reference/checkpoints',
+                  'reference/clusters', 'reference/monitors', 'reference/ema', 'reference/guard',
+                  'reference/activations', 'reference/microbatch'],
     'Explanation': ['architecture', 'guides/benchmarks'],
 }
 
@@ -133,8 +134,8 @@ def _toctrees(pages):
     listed = [p for ps in sections.values() for p in ps]
     if gone := [p for p in listed if p not in pages]:
         sys.exit(f"`sections` in tools/docs.py lists pages that are gone: {gone}")
-    if lost := [p for p in pages if p.startswith('guides/') and p not in listed]:
-        sys.exit(f"Guides missing from `sections` in tools/docs.py (they would land under Internals): {lost}")
+    if lost := [p for p in pages if p.startswith(('guides/', 'reference/')) and p not in listed]:
+        sys.exit(f"Guides or reference pages missing from `sections` in tools/docs.py (they'd be Internals): {lost}")
     groups = [*sections.items(), ('Internals', [p for p in pages if p != 'index' and p not in listed])]
     return '\n\n'.join("```{toctree}\n:hidden:\n:maxdepth: 2\n" + f":caption: {c}\n\n" + '\n'.join(ps) + '\n```'
                        for c,ps in groups)

@@ -1,7 +1,7 @@
 """FSDP2 against DDP on 2 CPU processes: each scenario runs both ways, on the same data and initial weights; each rank saves what it saw.
 Launched by `accelerate launch --use_fsdp --fsdp_version 2`: the first scenario is that route (`learn.accelerate()` reads the launcher's
 variables); then they are removed, and DDP and explicit FSDP2 requests follow as under torchrun."""
-import os, sys, torch
+import os, sys, warnings, torch
 from pathlib import Path
 from fastai.basics import *
 from fastai.callback.all import *
@@ -207,6 +207,57 @@ if want('errors'):
     learn = synth_regression_learner().accelerate() # and DDP again afterwards
     learn.fit(1, 1e-2)
     res['errors']['ddp_after'] = type(learn.model).__name__
+
+# 12. models built in shards (`sharded_init`): each case built as usual and in the block from the same seed, trained alike
+if want('sharded'):
+    from contextlib import nullcontext
+    from fastxtend_accel.sharded_init import sharded_init, pending
+    from fastxtend_accel.checkpoint import CheckpointCallback
+    from fastxtend_accel.test_utils import synth_tabular_learner, synth_text_learner
+    def tensors(learn): return [full(t) for t in (*learn.model.parameters(), *learn.model.buffers())]
+    def run(make, fit, sharded, mixed_precision='no', mode='fsdp'):
+        with sharded_init() if sharded else nullcontext(): learn = make()
+        waiting = pending(learn.model)
+        accelerate(learn, mode, mixed_precision)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter('always')
+            fit(learn)
+        return dict(pending=waiting, tensors=tensors(learn), values=learn.recorder.values,
+                    kinds=sorted({type(p).__name__ for p in learn.model.parameters()}),
+                    notices=[str(x.message) for x in w if 'built in full' in str(x.message)])
+    def both(make, fit=lambda l: l.fit(2, 1e-2), **kw): return {s: run(make, fit, s, **kw) for s in (False, True)}
+    r = res['sharded'] = {}
+    r['learner'] = both(lambda: synth_learner_digits(n=256))
+    r['tabular'] = both(lambda: synth_tabular_learner(n=128, bn=True))
+    r['bf16'] = both(lambda: synth_learner_digits(n=256), mixed_precision='bf16') # a classifier: fp32 outputs
+    r['compiled'] = both(lambda: synth_learner_digits(n=256).compile())
+    r['ddp'] = both(lambda: synth_learner_digits(n=256), mode='ddp') # not sharded: built in full, with a notice
+    # a pretrained-style file (another seed's weights): `learn.load` before the first fit keeps each process's rows
+    pre = out/'pretrained.pth'
+    if int(os.environ['RANK']) == 0: torch.save(synth_text_learner(n=96, seed=1).model.state_dict(), pre)
+    torch.distributed.barrier()
+    def loaded(learn):
+        learn.load(pre.with_suffix(''))
+        learn.fit(0) # sharded (and filled) at the start of a fit
+        r.setdefault('text_start', []).append({n: full(p) for n,p in learn.model.named_parameters()})
+        learn.fit(1, 1e-2)
+    r['text_loaded'] = both(lambda: synth_text_learner(n=96), loaded)
+    r['text_file'] = torch.load(pre)
+    # checkpointed, then resumed by a learner built in the block again: as 2 epochs straight
+    ck = out/'sharded_ckpt'
+    straight = run(lambda: synth_learner_digits(n=256), lambda l: l.fit(2, 1e-2), True)
+    run(lambda: synth_learner_digits(n=256), lambda l: l.fit(1, 1e-2, cbs=CheckpointCallback(ck)), True)
+    resumed = run(lambda: synth_learner_digits(n=256), lambda l: l.fit(2, 1e-2, cbs=CheckpointCallback(ck, resume=True)),
+                  True)
+    r['resume'] = dict(straight=straight, resumed=resumed)
+    # refused: loading on the main process only (last: the plugin leaves it in the environment for the next ones)
+    def ram_efficient(learn):
+        plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_ram_efficient_loading=True)
+        try: learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=plugin, mixed_precision='no')).fit(1)
+        except Exception as e: return str(e)
+        finally: os.environ.pop('FSDP_CPU_RAM_EFFICIENT_LOADING', None)
+    with sharded_init(): learn = synth_learner_digits(n=256)
+    r['ram_efficient'] = ram_efficient(learn)
 
 rank = int(os.environ.get('RANK', 0))
 torch.save(res, out/f'rank{rank}.pt')
