@@ -31,7 +31,7 @@ __all__ = ['shard_fillers', 'check_fsdp2_torch', 'is_fsdp2', 'fsdp2_plugin', 'is
 _min_torch = '2.6'
 _has_fsdp2 = ismin_torch(_min_torch)
 if _has_fsdp2:
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor, distribute_tensor
 else: FSDPModule = DTensor = MixedPrecisionPolicy = type('_Missing', (), {}) # nothing is ever an instance
 
@@ -164,16 +164,35 @@ def _track(acc, model):
 def _canonical(name): return name.replace('_orig_mod.', '') # a compiled wrapper's prefix, as Accelerate strips it
 
 def _fp32_outputs(plugin):
-    "Outputs in fp32 under a low-precision policy, as DDP's autocast gives them: fastai's losses and `Recorder` expect it"
+    "fp32 outputs under a low-precision policy, as DDP's autocast gives them (fastai's losses and `Recorder` expect it)"
     pol = plugin.mixed_precision_policy # (Accelerate asks for outputs in the low precision)
     if isinstance(pol, MixedPrecisionPolicy) and pol.output_dtype not in (None, torch.float32):
         plugin.mixed_precision_policy = dataclasses.replace(pol, output_dtype=torch.float32)
 
+_batchnorms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+def _fp32_batchnorms(acc, model):
+    "Under a low-precision policy, BatchNorm layers sharded on their own with fp32 weights, as autocast runs them"
+    plugin = fsdp2_plugin(acc)
+    pol = plugin.mixed_precision_policy
+    if not isinstance(pol, MixedPrecisionPolicy) or pol.param_dtype in (None, torch.float32): return
+    mesh = getattr(acc, 'torch_device_mesh', None) # where Accelerate shards the rest
+    if mesh is not None: mesh = mesh[tuple(acc.parallelism_config.fsdp_dim_names)]
+    for m in model.modules(): # (bf16 weights beside fp32 running statistics: torch's batch norm refuses them)
+        if isinstance(m, _batchnorms) and not isinstance(m, FSDPModule):
+            fully_shard(m, mesh=mesh, reshard_after_forward=plugin.reshard_after_forward,
+                        offload_policy=plugin.cpu_offload,
+                        mp_policy=MixedPrecisionPolicy(cast_forward_inputs=False)) # bf16 in and out, fp32 inside
+
 def _prepare(acc, model, params, filler=None):
     "Shard `model` through Accelerate's FSDP2 `prepare`, and the sharded parameters that replace `params`, in order"
-    if is_fsdp2(acc): _fp32_outputs(fsdp2_plugin(acc))
     names = {id(p): _canonical(n) for n,p in model.named_parameters()}
-    model,view = acc.prepare(model, _ParamsView(params)) # Accelerate's FSDP2 contract: model and optimizer together
+    if is_fsdp2(acc):
+        _fp32_outputs(fsdp2_plugin(acc))
+        _fp32_batchnorms(acc, model)
+    now = {_canonical(n): p for n,p in model.named_parameters()} # (BatchNorm layers' sharded already)
+    view = _ParamsView([now.get(names.get(id(p)), p) for p in params])
+    model,view = acc.prepare(model, view) # Accelerate's FSDP2 contract: model and optimizer together
     untrack_prepared(acc, view) # a stand-in: fastai's optimizer steps, and `AcceleratorCallback` prepares it
     if filler is not None: filler.fill(model, acc.device)
     # by name: Accelerate pairs them by data pointer, which parameters on the meta device share (all 0)

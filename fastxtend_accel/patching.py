@@ -21,7 +21,8 @@ __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 
            'forget_prepared', 'reuse_amp_forward', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init',
            'recorder_metrics', 'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward',
            'unwrap_torch_compiled', 'compiled_graphs', 'clear_compiled_graphs', 'plain_tensors', 'copy_metadata',
-           'set_module_tensor', 'factory_functions', 'storage_id']
+           'set_module_tensor', 'factory_functions', 'storage_id', 'generator_id', 'is_op', 'op_writes',
+           'op_returns_view']
 
 # %% ../nbs/01_patching.ipynb #415c4234
 supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
@@ -227,5 +228,21 @@ def factory_functions()->set:
     return _device_constructors()
 
 def storage_id(t:Tensor)->int:
-    "Which storage `t` is a view of, on any device (the meta device's have no data pointer)"
+    "Which storage `t` is a view of, on any device (the meta device's have no data pointer), while it lives"
     return t.untyped_storage()._cdata
+
+def generator_id(g:torch.Generator)->int:
+    "Which generator `g` is: the dispatcher hands an operation its own Python object for the user's"
+    return g._cdata
+
+def is_op(func)->bool:
+    "Whether `func` is an operation a dispatch mode sees (`torch.ops.aten.add.Tensor`), not a Python function"
+    return isinstance(func, torch._ops.OpOverload)
+
+def op_writes(func)->bool:
+    "Whether operation `func` writes into an argument (in place, `out=`)"
+    return func._schema.is_mutable
+
+def op_returns_view(func)->bool:
+    "Whether operation `func` returns a view of an argument (`view`, `t`, `select`...)"
+    return any(r.alias_info for r in func._schema.returns)

@@ -188,7 +188,7 @@ def test_own_fully_shard_without_accelerator(tmp_path):
 # models built in shards (`fastxtend_accel.sharded_init`): scenario `sharded`, built as usual and in the block from one seed
 def _same(a, b): return len(a) == len(b) > 0 and all(torch.equal(x, y) for x,y in zip(a, b))
 
-@pytest.mark.parametrize('case', ['learner', 'tabular', 'bf16', 'compiled', 'text_loaded'])
+@pytest.mark.parametrize('case', ['learner', 'tabular', 'tabular_bf16', 'bf16', 'compiled', 'tied', 'text_loaded'])
 def test_sharded_init_trains_as_built_in_full(runs, case):
     "A learner built in `sharded_init` waits for its shards, then trains under FSDP2 exactly as one built as usual"
     for r in runs[0]:
@@ -197,6 +197,7 @@ def test_sharded_init_trains_as_built_in_full(runs, case):
         assert sharded['kinds'] == ['DTensor'] and not sharded['notices']
         assert _same(full['tensors'], sharded['tensors']) # parameters and buffers after the fit, to the bit
         assert full['values'] == sharded['values']
+        assert full['ties'] == sharded['ties'] == (case in ('tied', 'text_loaded')) # a tied parameter stays one
 
 def test_sharded_init_without_fsdp(runs):
     "Accelerated without FSDP2 (DDP here), a model built in the block is built in full, with a notice, as usual"
@@ -221,7 +222,9 @@ def test_sharded_init_resumes(runs):
         assert _same(straight['tensors'], resumed['tensors']) and straight['values'][-1] == resumed['values'][-1]
 
 def test_sharded_init_refuses_main_process_loading(runs):
+    "Refused: loading on the main process only, and processes seeded apart (shards of different models)"
     for r in runs[0]:
+        assert "built the model in `sharded_init` from different random states" in r['sharded']['seeds_apart']
         assert "`cpu_ram_efficient_loading` loads full weights on the main process: turn it off" in r['sharded']['ram_efficient']
 
 def test_sharded_init_memory(tmp_path):

@@ -222,16 +222,26 @@ if want('sharded'):
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always')
             fit(learn)
+        m = learn.model
         return dict(pending=waiting, tensors=tensors(learn), values=learn.recorder.values,
+                    ties=len(list(m.named_parameters(remove_duplicate=False))) - len(list(m.parameters())),
                     kinds=sorted({type(p).__name__ for p in learn.model.parameters()}),
                     notices=[str(x.message) for x in w if 'built in full' in str(x.message)])
     def both(make, fit=lambda l: l.fit(2, 1e-2), **kw): return {s: run(make, fit, s, **kw) for s in (False, True)}
     r = res['sharded'] = {}
     r['learner'] = both(lambda: synth_learner_digits(n=256))
     r['tabular'] = both(lambda: synth_tabular_learner(n=128, bn=True))
+    r['tabular_bf16'] = both(lambda: synth_tabular_learner(n=128, bn=True), mixed_precision='bf16') # BatchNorm: fp32
     r['bf16'] = both(lambda: synth_learner_digits(n=256), mixed_precision='bf16') # a classifier: fp32 outputs
     r['compiled'] = both(lambda: synth_learner_digits(n=256).compile())
     r['ddp'] = both(lambda: synth_learner_digits(n=256), mode='ddp') # not sharded: built in full, with a notice
+    def tied():
+        learn = synth_learner_digits(n=256)
+        m = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        m[2].weight = m[0].weight # one parameter in two layers
+        learn.model = m
+        return learn
+    r['tied'] = both(tied)
     # a pretrained-style file (another seed's weights): `learn.load` before the first fit keeps each process's rows
     pre = out/'pretrained.pth'
     if int(os.environ['RANK']) == 0: torch.save(synth_text_learner(n=96, seed=1).model.state_dict(), pre)
@@ -250,6 +260,12 @@ if want('sharded'):
     resumed = run(lambda: synth_learner_digits(n=256), lambda l: l.fit(2, 1e-2, cbs=CheckpointCallback(ck, resume=True)),
                   True)
     r['resume'] = dict(straight=straight, resumed=resumed)
+    # refused: processes seeded apart before the block would hold shards of different models
+    dls = synth_learner_digits(n=64).dls
+    set_seed(int(os.environ['RANK']))
+    with sharded_init(): learn = Learner(dls, nn.Linear(64, 10), loss_func=nn.CrossEntropyLoss())
+    try: accelerate(learn, 'fsdp').fit(1)
+    except Exception as e: r['seeds_apart'] = str(e)
     # refused: loading on the main process only (last: the plugin leaves it in the environment for the next ones)
     def ram_efficient(learn):
         plugin = FullyShardedDataParallelPlugin(fsdp_version=2, cpu_ram_efficient_loading=True)
