@@ -3,9 +3,12 @@ from .core import *
 from .accelerator import *
 from .fsdp import *
 from .fsdp_values import *
+from .sharded_init import *
 from .xla import *
 from .compiler import *
 from .checkpoint import *
+from .requeue import run_requeueable, requeue_cmd, sbatch_script
+from .watchdog import *
 from .monitors import *
 from .trackers import *
 from .profiler import *
