@@ -127,8 +127,11 @@ def run_requeueable(cmd:list, # The training command and its arguments
         end_descendants(grace)
         return proc.returncode if why is None else _requeue(why.name)
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+        # one still pending came once the command had ended: taken here, blocked. Unblocked first, it would trip
+        # Python's handler, and setting the old one back then raises "Signal 10 ignored due to race condition"
+        while signal.sigtimedwait(sigs, 0) is not None: pass
         for s,h in before.items(): signal.signal(s, h)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
 
 # %% ../nbs/16d_requeue.ipynb #7e7c297e
 def requeue_cmd(argv:list|None=None # The arguments; the command line's if None
