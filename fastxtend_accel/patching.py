@@ -4,11 +4,12 @@
 
 # %% ../nbs/01_patching.ipynb #d05b62d7
 from __future__ import annotations
+import importlib
 from collections import OrderedDict
 from copy import copy
 from functools import partial
 from typing import Callable
-import fastai
+import fastai, fastcore, accelerate
 import torch
 from torch import nn, Tensor
 from fastcore.foundation import L
@@ -16,7 +17,8 @@ from packaging.version import Version
 from accelerate.state import AcceleratorState, PartialState
 
 # %% auto #0
-__all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
+__all__ = ['supported', 'tested', 'fastai_api', 'requirement', 'installed_versions', 'check_versions', 'missing_fastai_api',
+           'check_fastai_api', 'kept', 'fastai_method', 'accelerate_state', 'set_accelerate_state',
            'reset_accelerate_state', 'release_prepared', 'track_prepared', 'untrack_prepared', 'restore_step',
            'forget_prepared', 'reuse_amp_forward', 'epoch_order', 'own_fake_loader', 'worker_init', 'set_worker_init',
            'recorder_metrics', 'compiled_call', 'set_compiled_call', 'call_module', 'CompiledForward',
@@ -25,18 +27,74 @@ __all__ = ['supported_fastai', 'check_fastai_version', 'kept', 'fastai_method', 
            'op_returns_view']
 
 # %% ../nbs/01_patching.ipynb #415c4234
-supported_fastai = ('2.8', '2.9') # tested with fastai 2.8.12: from the first version, up to (not including) the second
+# the lowest supported release of each package, and the first not supported (None: no bound), as `pyproject.toml` says
+supported = dict(torch=('2.9', '2.14'), fastai=('2.8.9', '2.9'), fastcore=('2.2.22', '3'), accelerate=('1.11', None))
+tested = dict(torch='2.13.0', fastai='2.8.12', fastcore='2.2.39', accelerate='1.15.0') # .ci/constraints.txt
 
-def check_fastai_version(version:str=fastai.__version__ # A fastai version string
-                        )->str:
-    "`version` if the patches support it, else an ImportError saying which versions do and what to do"
-    lo,hi = supported_fastai
-    if Version(lo) <= Version(version) < Version(hi): return version
-    raise ImportError(f"fastxtend_accel patches fastai {lo}.x internals and was tested with fastai 2.8.12, but fastai "
-                      f"{version} is installed: `pip install 'fastai>={lo},<{hi}'`, or use a fastxtend_accel release "
-                      f"made for fastai {version}.")
+def requirement(package:str # A key of `supported`
+               )->str:
+    "The pip requirement `supported` gives `package`, e.g. `'fastai>=2.8.9,<2.9'`"
+    lo,hi = supported[package]
+    return f'{package}>={lo}' + (f',<{hi}' if hi else '')
 
-check_fastai_version()
+def installed_versions()->dict:
+    "The versions of `supported`'s packages that Python imports (a module's `__version__`, not pip's metadata)"
+    return dict(torch=torch.__version__, fastai=fastai.__version__, fastcore=fastcore.__version__,
+                accelerate=accelerate.__version__)
+
+def check_versions(versions:dict|None=None # Package -> version; None: `installed_versions()`
+                  )->dict:
+    "`versions` if `supported` admits each, else an ImportError naming what to install"
+    versions = versions or installed_versions()
+    def ok(p, v): lo,hi = supported[p]; return Version(lo) <= Version(v) and (hi is None or Version(v) < Version(hi))
+    bad = [p for p,v in versions.items() if not ok(p, v)]
+    if not bad: return versions
+    raise ImportError(f"fastxtend_accel supports {', '.join(requirement(p) for p in bad)}, but "
+                      f"{', '.join(f'{p} {versions[p]}' for p in bad)} is installed: "
+                      f"`pip install {' '.join(repr(requirement(p)) for p in bad)}` (tested with "
+                      f"{', '.join(f'{p} {tested[p]}' for p in bad)}), or use a fastxtend_accel release made for it.")
+
+check_versions()
+
+# %% ../nbs/01_patching.ipynb #cc7f7c1e
+# 'module:Class' (or 'module') -> the callables the library replaces there, or that its loop calls
+fastai_api = {
+    'fastai.learner:Learner': ('fit', '_do_fit', 'all_batches', '_set_device', '_backward', '_step', 'one_batch',
+                               'to_detach', 'save', 'export', 'load', 'freeze_to', '_call_one', '__call__',
+                               '_do_one_batch', '_do_grad_opt', '_with_events'),
+    'fastai.callback.schedule:Learner': ('fine_tune',),
+    'fastai.learner:Recorder': ('after_batch',), 'fastai.learner:CastToTensor': ('before_batch',),
+    'fastai.learner:AvgLoss': ('accumulate',), 'fastai.learner:AvgSmoothLoss': ('accumulate',),
+    'fastai.learner:AvgMetric': ('accumulate',), 'fastai.callback.core:TrainEvalCallback': ('after_batch',),
+    'fastai.callback.tracker:TerminateOnNaNCallback': ('after_batch',),
+    'fastai.callback.schedule:LRFinder': ('before_fit', 'after_batch', 'after_fit'),
+    'fastai.callback.hook:ActivationStats': ('before_fit',),
+    'fastai.callback.training:GradientAccumulation': ('after_loss', 'before_step'),
+    'fastai.optimizer:Optimizer': ('step',), 'fastai.data.load:DataLoader': ('sample', 'create_batches'),
+    'fastai.data.load': ('to_device',),
+}
+
+def missing_fastai_api(api:dict|None=None # 'module:Class' (or 'module') -> names; None: `fastai_api`
+                      )->list:
+    "The callables of `api` that the installed fastai lacks, as `'module.Class.name'`"
+    res = []
+    for where,names in (api or fastai_api).items():
+        mod,_,cls = where.partition(':')
+        o = importlib.import_module(mod)
+        if cls: o = getattr(o, cls, None)
+        res += [f"{where.replace(':', '.')}.{n}" for n in names if not callable(getattr(o, n, None))]
+    return res
+
+def check_fastai_api(api:dict|None=None # As `missing_fastai_api` takes it
+                    ):
+    "Raise an ImportError naming the callables of `api` the installed fastai lacks, and what to install"
+    miss = missing_fastai_api(api)
+    if miss: raise ImportError(
+        f"fastxtend_accel replaces or calls fastai's {', '.join(miss)}, which fastai {fastai.__version__} lacks "
+        f"(renamed or removed): `pip install fastai=={tested['fastai']}` (the release it was tested with), or use a "
+        f"fastxtend_accel release made for fastai {fastai.__version__}.")
+
+check_fastai_api()
 
 # %% ../nbs/01_patching.ipynb #9c2be43b
 def kept(cls:type, # The class whose method is replaced
@@ -50,8 +108,7 @@ def kept(cls:type, # The class whose method is replaced
         if name in vars(cls): setattr(cls, key, vars(cls)[name])
         elif default is not None: setattr(cls, key, default)
         else: raise AttributeError(f"{cls.__module__}.{cls.__qualname__} has no `{name}` to patch: fastxtend_accel "
-                                   f"supports fastai {supported_fastai[0]}.x (`pip install "
-                                   f"'fastai>={supported_fastai[0]},<{supported_fastai[1]}'`)")
+                                   f"supports {requirement('fastai')} (`pip install '{requirement('fastai')}'`)")
     return vars(cls)[key]
 
 def fastai_method(cls:type, # A fastai class

@@ -21,6 +21,7 @@ def reference(tmp_path_factory):
     run_cmd([sys.executable, SCRIPT, d])
     return finals(d)[0]
 
+@pytest.mark.matrix
 def test_sigkill_mid_epoch_resumes_exactly(tmp_path, reference):
     proc = start_cmd([sys.executable, SCRIPT, tmp_path, '--sleep', '0.03'])
     wait_for(lambda: mid_epoch(tmp_path), proc)
@@ -55,6 +56,7 @@ def test_sigkill_during_checkpoint_write(tmp_path, reference):
     assert res['values'] == reference['values']
 
 @pytest.mark.bf16
+@pytest.mark.matrix
 def test_sigterm_two_processes(tmp_path_factory):
     "2 processes in bf16 with gradient accumulation, SIGTERM to torchrun mid-epoch, then resumed"
     ref,d = tmp_path_factory.mktemp('ref2'),tmp_path_factory.mktemp('term2')

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Set up, check the exported modules match the notebooks, run the notebooks' lessons, then pytest, then the XLA tests
-# (tools/xla_check.sh); fail if anything was left in the tree.
+# (tools/xla_check.sh), then the version matrix (tools/matrix.sh); fail if anything was left in the tree.
 # bf16 on CPU runs on kernels that depend on the instruction set (native bf16 with avx512_bf16/AMX, emulated with AVX-512, no bf16
 # LSTM with AVX2 alone): the bf16 lessons and tests run once as this CPU is and once as on an AVX2 CPU, whose kernels oneDNN,
 # torch's own vectorized code and MKL pick when told the CPU has no more than AVX2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
+# the version matrix's venvs build (or are found) while the notebooks and tests below run: pip mostly waits on the network
+matrix_log=$(mktemp)
+bash tools/matrix.sh --build > "$matrix_log" 2>&1 &
+matrix_build=$!
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); bf16 instructions: $(grep -o -w 'avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | xargs || true)"
 
 state() { { git diff; git status --porcelain --untracked-files=all; } | sha1sum; }
@@ -46,6 +50,10 @@ echo "bf16 tests as on an AVX2 CPU (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=
 avx2 pytest -m bf16 --junitxml="$reports/avx2.xml" tests || status=$?
 echo "XLA tests on XLA's CPU runtime (tools/xla_check.sh: torch_xla in a venv of its own, outside the tree):"
 bash tools/xla_check.sh --junitxml="$reports/xla.xml" || status=$?
+echo "The version matrix (tools/matrix.sh: the lowest and the newest supported releases, each in a venv of its own):"
+wait $matrix_build || { cat "$matrix_log"; echo "the version matrix's venvs did not build" >&2; status=1; }
+cat "$matrix_log"; rm -f "$matrix_log"
+bash tools/matrix.sh --junitxml-dir "$reports" || status=$?
 if [ "$before" != "$(state)" ]; then
   echo "the tests left files in the working tree (they must write to temporary folders):" >&2
   git status --porcelain --untracked-files=all >&2

@@ -7,42 +7,18 @@
 #
 # torch_xla never goes into .venv: Accelerate sets up XLA whenever torch_xla imports, even with `cpu=True`. This venv lives
 # outside the tree, in $XLA_VENV (default ~/.cache/fastxtend_accel/venv-xla), built with $XLA_PYTHON (default python3) and
-# the pins of .ci/constraints-xla.txt, and rebuilt when either changes. This checkout is installed into it (editable,
-# without dependencies) when it is not the one installed. Ends with pytest's summary line.
+# the pins of .ci/constraints-xla.txt by tools/cached_venv.sh. Ends with pytest's summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$(pwd)
 VENV=${XLA_VENV:-$HOME/.cache/fastxtend_accel/venv-xla}
 PY=${XLA_PYTHON:-python3}
 BENCH=0
 if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
 
-pins=$(grep -v '^ *#' .ci/constraints-xla.txt | sed '/^ *$/d')
-stamp="$("$PY" -c 'import sys; print(sys.version.split()[0])')
-$pins"
-mkdir -p "$(dirname "$VENV")"
-log=$VENV.build.log
-pip() { "$VENV/bin/python" -m pip install --disable-pip-version-check "$@" >> "$log" 2>&1 || { tail -30 "$log"; exit 1; }; }
+source tools/cached_venv.sh
 start=$SECONDS
-if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$stamp" ]; then
-  echo "xla_check: building $VENV (torch 2.9.0 + torch_xla 2.9.0 + the fastai stack; log: $log)"
-  rm -rf "$VENV"
-  : > "$log"
-  "$PY" -m venv "$VENV"
-  pip --upgrade pip
-  pip -c .ci/constraints-xla.txt torch torch_xla torchvision fastai fastcore accelerate google-crc32c scikit-learn pytest
-  pip --no-deps -e "$REPO"
-  printf '%s\n' "$stamp" > "$VENV/.pins"
-  echo "xla_check: built in $((SECONDS-start)) s, $(du -sh "$VENV" | cut -f1)"
-else
-  echo "xla_check: reusing $VENV"
-fi
-installed=$(cd / && "$VENV/bin/python" -c 'import fastxtend_accel as m, os; print(os.path.dirname(os.path.dirname(m.__file__)))' \
-            2>/dev/null || true)
-if [ "$installed" != "$REPO" ]; then
-  echo "xla_check: installing this checkout (was: ${installed:-none})"
-  pip --no-deps -e "$REPO"
-fi
+cached_venv "$VENV" "$PY" .ci/constraints-xla.txt \
+  torch torch_xla torchvision fastai fastcore accelerate google-crc32c scikit-learn pytest
 export PJRT_DEVICE=CPU PYTHONWARNINGS=ignore
 "$VENV/bin/python" -c "import torch, torch_xla, fastai, accelerate, fastxtend_accel
 print(f'torch {torch.__version__}, torch_xla {torch_xla.__version__}, fastai {fastai.__version__}, '

@@ -47,7 +47,8 @@ class SyncSpy(Callback):
             m.set_requires_gradient_sync = spy
     def before_step(self):
         n = self.learn.accelerator.accelerator.clip_grad_norm_(self.learn.model.parameters(), 1e9)
-        self.norm_types.append(type(n).__name__); self.norms.append(n.item())
+        # the norm of every process's shards: torch 2.9's `.item()` of FSDP2's norm (a DTensor) gave this process's own
+        self.norm_types.append(type(n).__name__); self.norms.append(full(n).item())
     def after_fit(self): vars(self.learn.model).pop('set_requires_gradient_sync', None)
 
 # 0. FSDP asked for by the launcher: `accelerate launch --use_fsdp --fsdp_version 2`, and `learn.accelerate()` in the script
