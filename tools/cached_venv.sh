@@ -2,8 +2,9 @@
 #
 #   cached_venv VENV PYTHON CONSTRAINTS PACKAGE...
 #
-# builds VENV with PYTHON and pip's `-c CONSTRAINTS`, unless it was built from the same Python version and pins (rebuilt when
-# either changes), then installs this checkout into it (editable, without dependencies) when it is not the one installed.
+# builds VENV with PYTHON and pip's `-c CONSTRAINTS`, unless it was built from the same Python version and pins (rebuilt
+# when either changes); then, new or reused, it installs this checkout into it (editable, without dependencies) when it is
+# not the one installed.
 # pip's output goes to VENV.build.log, whose end is printed if pip fails.
 cached_venv() {
   local venv=$1 py=$2 cons=$3 repo stamp log installed start=$SECONDS; shift 3
@@ -20,7 +21,6 @@ $(grep -v '^ *#' "$cons" | sed '/^ *$/d')"
     "$py" -m venv "$venv"
     _pip --upgrade pip
     _pip -c "$cons" "$@"
-    _pip --no-deps -e "$repo"
     printf '%s\n' "$stamp" > "$venv/.pins"
     echo "built $venv in $((SECONDS-start)) s, $(du -sh "$venv" | cut -f1)"
   else

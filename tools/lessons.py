@@ -41,9 +41,10 @@ def run(out, junitxml=None):
         took = time.time() - start
         ok = res.returncode == 0
         failed += not ok
+        tail = (res.stdout + res.stderr)[-6000:] # the traceback and the failing cell (`run_one` prints them last)
         print(f"{spec.stem}.ipynb: {'ok' if ok else 'FAILED'} ({took:.0f} s)", flush=True)
-        if not ok: print((res.stdout + res.stderr)[-6000:], flush=True)
-        err = '' if ok else f'<failure message="lesson failed">{escape((res.stdout + res.stderr)[-6000:])}</failure>'
+        if not ok: print(tail, flush=True)
+        err = '' if ok else f'<failure message="lesson failed">{escape(tail)}</failure>'
         cases.append(f'<testcase classname="lessons" name={quoteattr(spec.stem)} time="{took:.1f}">{err}</testcase>')
     if junitxml:
         Path(junitxml).write_text(f'<testsuite name="lessons" tests="{len(cases)}" failures="{failed}" errors="0" '
