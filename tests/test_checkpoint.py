@@ -1,11 +1,14 @@
 "Exact resume after kills and preemption, on real processes (tests/scripts/resume_train.py)."
-import signal, sys
+import shutil, signal, sys, warnings
 import pytest, torch
 from conftest import SCRIPTS
 from fastxtend_accel.test_utils import (synth_learner_digits, tiny_mlp, StopAt, torchrun_cmd, run_cmd, start_cmd, wait_for,
                                         kill_group, signal_proc)
 from fastai.basics import Callback
 from fastxtend_accel.checkpoint import CheckpointCallback, latest_checkpoint
+from fastxtend_accel.checkpoint.state import scan_checkpoints
+from fastxtend_accel.checkpoint.codec import read_state_file
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 SCRIPT = SCRIPTS/'resume_train.py'
 
@@ -197,3 +200,104 @@ def test_resume_after_last_batch_with_workers(tmp_path):
     fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None), StopAt(1, 11))
     assert latest_checkpoint(tmp_path).name == 'ckpt-e0001-b000012-f000'
     _same(fit(CheckpointCallback(tmp_path, every_steps=4, every_epochs=None, resume=True)), ref)
+
+# fastai's `GradientAccumulation` over epoch ends: 80 items a step; an epoch has 608 (38 batches of 16, or 19 of 2x16)
+GROUP_OPTS = ['--fastai-accumulate', '80', '--every-steps', '0', '--every-epochs', '1']
+
+def _group_count(ck): return read_state_file(ck/'state.pt')['cbs']['gradient_accumulation']['count']
+
+def _without_last(src, dst):
+    "Copy the checkpoints of `src` to `dst` but the fit's last: the run then resumes from the one before"
+    shutil.copytree(src/'ckpt', dst/'ckpt', ignore=lambda d, names: [n for n in names if n.startswith('ckpt-e0003')])
+
+def test_sigkill_after_an_epoch_ending_inside_an_accumulation_group(tmp_path_factory):
+    "Checkpoints at epoch ends inside a group (its count and gradients kept), killed, resumed: the fit never killed"
+    ref,d = tmp_path_factory.mktemp('group-ref'),tmp_path_factory.mktemp('group-kill')
+    run_cmd([sys.executable, SCRIPT, ref, *GROUP_OPTS])
+    proc = start_cmd([sys.executable, SCRIPT, d, '--sleep', '0.03', *GROUP_OPTS])
+    wait_for(lambda: mid_epoch(d), proc)
+    kill_group(proc)
+    assert not (d/'final-rank0.pt').exists()
+    ck = latest_checkpoint(d/'ckpt')
+    assert '-b000000-' in ck.name and _group_count(ck) in (48, 16) # after epoch 0 or 1: items counted, not stepped on
+    run_cmd([sys.executable, SCRIPT, d, *GROUP_OPTS])
+    res,exp = finals(d)[0],finals(ref)[0]
+    for a,b in zip(res['params'], exp['params']): assert torch.equal(a, b)
+    assert res['values'] == exp['values']
+
+def test_accumulation_group_two_processes(tmp_path):
+    "DDP: each process's own gradients of the open group; resumed on 2 processes exactly, loaded on 1 as their mean"
+    ref,d = tmp_path/'ref',tmp_path/'res'
+    run_cmd(torchrun_cmd(2) + [SCRIPT, ref, *GROUP_OPTS])
+    ck = ref/'ckpt'/'ckpt-e0002-b000000-f000'
+    assert _group_count(ck) == 64 # 2 batches of 2x16 counted at the end of epoch 1
+    _without_last(ref, d)
+    run_cmd(torchrun_cmd(2) + [SCRIPT, d, *GROUP_OPTS])
+    for res,exp in zip(finals(d, 2), finals(ref, 2)):
+        for a,b in zip(res['params'], exp['params']): assert torch.equal(a, b)
+        assert res['values'] == exp['values']
+    dcp_to_torch_save(ck, tmp_path/'whole.pt')
+    saved = torch.load(tmp_path/'whole.pt', weights_only=True)['grads']
+    assert not torch.equal(saved['0.0.weight'], saved['1.0.weight']) # DDP sums a group on each process alone
+    learn = _learner()
+    with pytest.warns(UserWarning, match='callbacks this learner lacks'): learn.load_state(ck)
+    for n,p in learn.model.named_parameters(): assert torch.equal(p.grad, (saved[f'0.{n}'] + saved[f'1.{n}'])/2)
+
+def test_fsdp2_checkpoints_after_the_group(tmp_path):
+    "FSDP2 sums a group's gradients out of a checkpoint's reach: an epoch ending inside one checkpoints after its step"
+    ref,d = tmp_path/'ref',tmp_path/'res'
+    opts = [*GROUP_OPTS, '--fsdp']
+    out = run_cmd(torchrun_cmd(2) + [SCRIPT, ref, *opts], env=dict(PYTHONWARNINGS='default'))
+    assert "checkpointing after the group's optimizer step instead" in out.stdout + out.stderr
+    assert [p.name for p in scan_checkpoints(ref/'ckpt')[0]] == ['ckpt-e0002-b000001-f000', 'ckpt-e0003-b000000-f000']
+    _without_last(ref, d)
+    run_cmd(torchrun_cmd(2) + [SCRIPT, d, *opts])
+    for res,exp in zip(finals(d, 2), finals(ref, 2)):
+        for a,b in zip(res['params'], exp['params']): assert torch.equal(a.to_local(), b.to_local()) # each its shard
+        assert res['values'] == exp['values']
+
+def _accumulating(*cbs):
+    "The dropout learner with fastai's `GradientAccumulation(n_acc=160)`: 12 batches of 32 an epoch, 5 to a group"
+    from fastai.callback.training import GradientAccumulation
+    from fastai.callback.schedule import fit_one_cycle
+    learn = _learner()
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(3, 1e-2, cbs=[GradientAccumulation(n_acc=160), *cbs])
+    return learn
+
+def test_plain_learner_checkpoints_after_accumulated_steps(tmp_path):
+    "Not accelerated: `every_steps` counts the steps `GradientAccumulation` takes; resumed after one, or inside a group"
+    ref = _accumulating()
+    _accumulating(CheckpointCallback(tmp_path, every_steps=1, keep=9), StopAt(1, 6))
+    # epoch 0 steps after its batches 5 and 10 and ends with 2 counted; epoch 1 steps after its batches 3 and 8
+    assert [p.name for p in scan_checkpoints(tmp_path)[0]] == [
+        'ckpt-e0000-b000005-f000', 'ckpt-e0000-b000010-f000', 'ckpt-e0001-b000000-f000', 'ckpt-e0001-b000003-f000']
+    assert _group_count(tmp_path/'ckpt-e0001-b000000-f000') == 64
+    _same(_accumulating(CheckpointCallback(tmp_path, every_steps=1, resume=True)), ref)
+    for p in scan_checkpoints(tmp_path)[0][3:]: shutil.rmtree(p) # from the end of epoch 0, inside a group
+    _same(_accumulating(CheckpointCallback(tmp_path, every_steps=1, resume=True)), ref)
+
+def test_failure_inside_an_accumulation_group(tmp_path):
+    "`on_exception` checkpoints where the last step left the fit; not after a batch it did not step on"
+    class Fail(Callback):
+        order = CheckpointCallback.order+1
+        def __init__(self, it, event): self.it,self.event = it,event
+        def _fail(self, event):
+            if event == self.event and self.training and (self.epoch, self.iter) == (1, self.it):
+                raise RuntimeError('bad batch')
+        def before_batch(self): self._fail('before_batch')
+        def after_batch(self): self._fail('after_batch')
+    def failing(d, *cbs):
+        with pytest.raises(RuntimeError, match='bad batch'), warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter('always')
+            _accumulating(CheckpointCallback(d, every_epochs=None, on_exception=True), *cbs)
+        return [str(w.message) for w in ws if 'CheckpointCallback' in str(w.message)]
+    ref = _accumulating()
+    warned = failing(tmp_path/'after', Fail(4, 'after_batch'))
+    assert warned[0].endswith('after a batch it did not step on: no checkpoint of this failure')
+    assert scan_checkpoints(tmp_path/'after')[0] == []
+    warned = failing(tmp_path/'first', Fail(0, 'before_batch'))
+    assert warned[0].endswith('inside an accumulation group begun in the epoch before: no checkpoint of this failure')
+    assert failing(tmp_path/'before', Fail(3, 'before_batch')) == [] # the batch after a step: nothing done since
+    assert [p.name for p in scan_checkpoints(tmp_path/'before')[0]] == ['ckpt-e0001-b000003-f000']
+    assert _group_count(tmp_path/'before'/'ckpt-e0001-b000003-f000') == 0
+    _same(_accumulating(CheckpointCallback(tmp_path/'before', every_epochs=None, on_exception=True, resume=True)), ref)

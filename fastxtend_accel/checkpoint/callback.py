@@ -23,7 +23,7 @@ from .checksums import manifest_name
 from .state import *
 from .resume import *
 from .signals import StopSignals
-from .fields import checkpoint_fields
+from .fields import checkpoint_fields, open_group, group_out_of_reach, drop_group
 
 # %% auto #0
 __all__ = ['CheckpointCallback']
@@ -72,12 +72,12 @@ class CheckpointCallback(ExtendingCallback):
         self.resumed_from = None # the checkpoint this run resumes from, once its fit starts
         # how many times the run was resumed, and what stopped it last ('SIGTERM', ...; None: killed, or it failed)
         self.resumes,self.last_stop = 0,None
-        self.nested,self.signals = 0,StopSignals()
+        self.nested,self.signals,self.deferred = 0,StopSignals(),False
 
 # %% ../../nbs/16_checkpoint.ipynb #e1e0f648
 @patch
 def _checkpoint(self:CheckpointCallback, epoch, batch, wait=False, stop=None, score=None):
-    learn,g,self.last_time = self.learn,global_bs(self.learn),self.clock()
+    learn,g,self.last_time,self.deferred = self.learn,global_bs(self.learn),self.clock(),False
     name = f'ckpt-e{epoch:04d}-b{batch:06d}-f{self.n_fit:03d}'
     if score is not None: self.scores[name] = score # kept in the checkpoint itself, with the callback's fields
     pos = dict(fit=self.n_fit, epoch=epoch, batch=batch, pct_train=learn.pct_train, train_iter=learn.train_iter,
@@ -132,7 +132,8 @@ def after_batch(self:CheckpointCallback):
     if not learn.training or self.nested: return
     self._note_order()
     self._prune(learn.finish_save(wait=False)) # an asynchronous checkpoint, once written
-    stepped = learn.accelerator is None or learn.accelerator.sync
+    # a plain learner's `GradientAccumulation` cancels the steps of the batches it counts
+    stepped = learn.accelerator.sync if learn.accelerator is not None else not open_group(learn)
     if not stepped: return
     self.steps += 1
     stop = int(self.signals.signalled)
@@ -141,7 +142,7 @@ def after_batch(self:CheckpointCallback):
     if (self.on_signal or self.every_minutes) and is_distributed(learn):
         stop,due = map(int, learn.reduce(torch.tensor([stop, due], dtype=torch.float, device=learn.accelerator.device),
                                          'max').tolist())
-    if stop or due or (self.every_steps and self.steps % self.every_steps == 0):
+    if stop or due or self.deferred or (self.every_steps and self.steps % self.every_steps == 0):
         self._checkpoint(learn.epoch, learn.iter + 1, wait=bool(stop), stop=signal.Signals(stop).name if stop else None)
     if stop: self._pruned(); self.signals.remove(); raise SystemExit(0)
 
@@ -149,9 +150,22 @@ def after_batch(self:CheckpointCallback):
 def after_epoch(self:CheckpointCallback):
     if self.nested: return
     if not (self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0): return
+    if group_out_of_reach(self.learn): return self._defer()
     r = self.learn.recorder # its row of this epoch, the values gathered exactly over the processes
     score = None if self.monitor is None else float(r.values[-1][list(r.metric_names[1:]).index(self.monitor)])
     self._checkpoint(self.learn.epoch+1, 0, score=score)
+
+# %% ../../nbs/16_checkpoint.ipynb #d5f5794b
+@patch
+def _defer(self:CheckpointCallback):
+    "An epoch's checkpoint that FSDP2 can't take inside an accumulation group: taken after the group's step, if it can"
+    learn = self.learn
+    self.deferred = isinstance(train_loader(learn), DataLoader) # a checkpoint mid-epoch needs a fastai `DataLoader`
+    if learn.is_main_process: warn(
+        f"CheckpointCallback: epoch {learn.epoch} ended inside an accumulation group of `GradientAccumulation`, whose "
+        "gradients FSDP2 sums unsharded inside the model, out of a checkpoint's reach: " +
+        ("checkpointing after the group's optimizer step instead" if self.deferred else
+         "no checkpoint of this epoch (one after the group's step, mid-epoch, needs a fastai `DataLoader`)"))
 
 # %% ../../nbs/16_checkpoint.ipynb #0cec9cf7
 @patch
@@ -176,6 +190,7 @@ def before_fit(self:CheckpointCallback):
     if not training_fit(learn) or hasattr(learn, 'gather_preds'): self.run = False; return
     if self.fit_token == learn.fit_calls: self.nested += 1; return # a `validate` inside this fit
     self.fit_token,self.nested,self.steps,self.epoch_order,self.last_time = learn.fit_calls,0,0,None,self.clock()
+    self.deferred = False # an epoch's checkpoint waiting for the step that ends an accumulation group (`_defer`)
     # where the last optimizer step left the fit: followed only for `on_exception`
     self.idle_events = () if self.on_exception else ('before_batch', 'before_step', 'after_step', 'after_cancel_step')
     reset_event_lists(learn)
@@ -247,6 +262,7 @@ def _check_loader(self:CheckpointCallback):
 def before_train(self:CheckpointCallback):
     self.signals.quiet(self.learn.dl)
     self.done_batch,self.in_step = None,False # where the last optimizer step left this epoch (`on_exception`)
+    self.group_before = open_group(self.learn) # an accumulation group goes on from the epoch before, not stepped yet
     self.epoch_order,r = None,self.resumption
     if self.nested or r is None or not r.pending: return
     self.epoch_order = r.skip_done() # the whole epoch's order, for the next checkpoints
@@ -263,13 +279,15 @@ def after_train(self:CheckpointCallback):
 # %% ../../nbs/16_checkpoint.ipynb #9d2d7434
 @patch
 def before_batch(self:CheckpointCallback):
-    if self.training and self.done_batch is None: self.done_batch = self.iter # the epoch's first, resumed or not
+    # the epoch's first, resumed or not; `train_iter` counts the batches done, as the last step left it
+    if self.training and self.done_batch is None: self.done_batch,self.step_iter = self.iter,self.train_iter-1
 
 @patch
 def before_step(self:CheckpointCallback): self.in_step = True
 
 @patch
-def after_step(self:CheckpointCallback): self.in_step,self.done_batch = False,self.iter+1
+def after_step(self:CheckpointCallback):
+    self.in_step,self.done_batch,self.step_iter,self.group_before = False,self.iter+1,self.train_iter,False
 
 @patch
 def after_cancel_step(self:CheckpointCallback): self.in_step = False
@@ -283,8 +301,11 @@ def after_fit_failed(self:CheckpointCallback, e):
     seen = learn.agree_within(f'checkpoint-failure/{self.failure_key}/{self.n_fit}', here, self.agree_seconds)
     why = (f'on some processes only, or not within {self.agree_seconds:g} s of each other' if seen is None else
            f'at different batches on different processes ({", ".join(seen)})' if len(set(seen)) > 1 else
-           'inside an optimizer step' if self.in_step else None)
+           'inside an optimizer step' if self.in_step else
+           'inside an accumulation group begun in the epoch before' if self.group_before else
+           'after a batch it did not step on' if learn.train_iter > self.step_iter+1 else None)
     if why: return warn(f"CheckpointCallback: the fit raised {kind} {why}: no checkpoint of this failure")
+    drop_group(learn) # the batches counted since the step are trained again on resume
     self._note_order()
     try: self._checkpoint(learn.epoch, self.done_batch, wait=True, stop=kind)
     except Exception as err: return warn(f"CheckpointCallback: the fit raised {kind}; its checkpoint failed: {err!r}")

@@ -5,12 +5,14 @@
 # %% ../../nbs/12_fields.ipynb #55ea8c4a
 from __future__ import annotations
 from fastai.basics import *
+from fastai.callback.training import GradientAccumulation
 from fastai.callback.tracker import TrackerCallback, EarlyStoppingCallback, SaveModelCallback, ReduceLROnPlateau
 
 # %% auto #0
 __all__ = ['checkpoint_fields', 'obj_state', 'set_obj_state', 'callback_states', 'restore_callbacks', 'tensor_callbacks',
            'callback_tensors', 'restore_callback_tensors', 'recorder_state', 'restore_recorder', 'model_desc',
-           'check_model', 'norm_stats', 'set_norm_stats']
+           'check_model', 'norm_stats', 'set_norm_stats', 'open_group', 'group_out_of_reach', 'group_grads',
+           'set_group_grads', 'drop_group']
 
 # %% ../../nbs/12_fields.ipynb #776162a1
 checkpoint_fields = {TrackerCallback: ('best',), EarlyStoppingCallback: ('wait',), ReduceLROnPlateau: ('wait',),
@@ -128,3 +130,41 @@ def set_norm_stats(model:nn.Module, # The model whose normalization layers get t
     buffers = dict(get_model(model).named_buffers())
     for n,v in stats.items():
         if n in buffers: buffers[n].copy_(v)
+
+# %% ../../nbs/12_fields.ipynb #ec9ff5cf
+checkpoint_fields[GradientAccumulation] = ('count',) # the items of the open group, which goes on over epoch ends
+
+def open_group(learn:Learner # Any learner, with fastai's `GradientAccumulation` or without
+              )->bool:
+    "Whether `learn`'s gradients hold batches its optimizer has not stepped on: `GradientAccumulation` counted some"
+    return any(getattr(cb, 'count', 0) for cb in learn.cbs if isinstance(cb, GradientAccumulation))
+
+def group_out_of_reach(learn:Learner # Any learner; accelerated with FSDP2 or not
+                      )->bool:
+    "Whether a group is open whose gradients a checkpoint can't hold: FSDP2 sums them unsharded, inside its modules"
+    return open_group(learn) and getattr(getattr(learn, 'accelerator', None), 'fsdp', False)
+
+def group_grads(learn:Learner # The learner whose open group a checkpoint keeps
+               )->dict:
+    "The gradients of `learn`'s open accumulation group, by parameter name; `{}` when no group is open"
+    if not open_group(learn): return {}
+    if group_out_of_reach(learn):
+        raise ValueError("FSDP2 sums an accumulation group's gradients unsharded, inside its modules: a checkpoint "
+                         "can't hold them. Save at a group's end (after an optimizer step)")
+    return {n: p.grad for n,p in get_model(learn.model).named_parameters() if p.grad is not None}
+
+@torch.no_grad()
+def set_group_grads(learn:Learner, # The learner whose parameters get the gradients
+                    grads:dict # What `group_grads` gave, by parameter name (`{}`: no group was open)
+                   ):
+    "Give `learn`'s parameters the gradients of `grads`, the others' zeroed as an optimizer step leaves them"
+    for n,p in get_model(learn.model).named_parameters():
+        if n in grads: p.grad = grads[n].to(p.device)
+        elif p.grad is not None: p.grad.zero_()
+
+def drop_group(learn:Learner # The learner whose open group is forgotten (its fit failed)
+              ):
+    "Forget the open group, its items and gradients: `learn` as its last optimizer step left it"
+    for cb in learn.cbs:
+        if isinstance(cb, GradientAccumulation): cb.count = 0
+    set_group_grads(learn, {})

@@ -13,7 +13,7 @@ from ..evaluation import own_smoothing
 from ..xla import xla_rng_state, set_xla_rng_state
 
 # %% auto #0
-__all__ = ['train_loader', 'rng_state', 'set_rng_state', 'new_process_rng']
+__all__ = ['train_loader', 'rng_state', 'set_rng_state', 'new_process_rng', 'regroup_streams']
 
 # %% ../../nbs/11_rng.ipynb #ade8e799
 def train_loader(learn # A `Learner`
@@ -83,3 +83,24 @@ def new_process_rng(st:dict, # Process 0's random states, as `rng_state` gave th
     g = torch.Generator()
     g.set_state(st['torch'])
     return dict(seed=int(torch.randint(2**31, (1,), generator=g))+rank, dl=st['dl'])
+
+# %% ../../nbs/11_rng.ipynb #14a09c4e
+def _side_by_side(parts, rows):
+    "The hidden states `parts` of the processes (tensors `(layers, bs, n_hid)`, or tuples of them) joined, then `rows`"
+    if isinstance(parts[0], (list, tuple)): return [_side_by_side(list(ps), rows) for ps in zip(*parts)]
+    return torch.cat(parts, 1)[:, rows].clone()
+
+def regroup_streams(streams:list, # Each saving process's stream state (`rng_state(...)['stream']`), in rank order
+                    rank:int, # A process of the resumed run
+                    world:int # The resumed run's number of processes
+                   )->dict:
+    "Process `rank` of `world`'s share of a language model's streams, saved by another number of processes"
+    res = dict(docs=streams[0]['docs'], hidden={})
+    for n,first in streams[0]['hidden'].items():
+        parts = [s['hidden'][n] for s in streams]
+        if any(p['bs'] is None for p in parts) or not first['hidden']: res['hidden'][n] = first; continue # not run yet
+        b = sum(p['bs'] for p in parts)//world
+        rows = slice(rank*b, (rank+1)*b)
+        res['hidden'][n] = dict(bs=b, hidden=[_side_by_side([p['hidden'][l] for p in parts], rows)
+                                             for l in range(len(first['hidden']))])
+    return res

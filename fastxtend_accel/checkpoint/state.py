@@ -90,6 +90,8 @@ def _save_state(self:Learner, path, tmp, position, async_save):
                      save=fs.save)
     tensors = dict(model=get_model(self.model).state_dict())
     if cbs := callback_tensors(self): tensors['cbs'] = cbs # callbacks' own: a moving average of the weights...
+    # an open accumulation group's gradients, each process's own: DDP sums a group's batches on each process alone
+    if grads := group_grads(self): tensors['grads'] = {f'{_rank(self)}.{n}': g for n,g in grads.items()}
     opt = split_tensors(self.opt.state_dict(), '', tensors.setdefault('opt', {})) if self.opt else None
     tensors = {k: {n: host(t) for n,t in d.items()} for k,d in tensors.items()} # a model on XLA: CPU copies
     if self.is_main_process:
@@ -174,6 +176,18 @@ def latest_checkpoint(path:str|Path # Folder that `CheckpointCallback` writes to
     return done[-1] if done else None
 
 # %% ../../nbs/14_state.ipynb #a92ab910
+def _saved_grads(model, md, ranks)->dict:
+    "Tensors shaped like their parameters, to read the gradients of an open group that processes `ranks` saved into"
+    params,ranks = dict(get_model(model).named_parameters()),{str(r) for r in ranks}
+    keys = [k[6:].split('.', 1) for k in md if k.startswith('grads.')]
+    return {f'{r}.{n}': empty_like(params[n].detach()) for r,n in keys if r in ranks and n in params}
+
+def _mean_grads(read:dict)->dict:
+    "What `_saved_grads` read, by parameter name: one process's as it was, several processes' averaged"
+    by_name = {}
+    for k,t in read.items(): by_name.setdefault(k.partition('.')[2], []).append(t)
+    return {n: ts[0] if len(ts) == 1 else torch.stack(ts).mean(0) for n,ts in by_name.items()}
+
 @patch
 def load_state(self:Learner,
     path:str|Path, # Checkpoint folder written by `save_state`, on any number of processes, or a store's URL
@@ -188,6 +202,9 @@ def load_state(self:Learner,
     rank = _rank(self)
     if rank < state['world_size']: rng = read_state_file(path/f'rng-{rank}.pt')
     else: rng = new_process_rng(read_state_file(path/'rng-0.pt'), rank) # a process the checkpoint's run did not have
+    if state['world_size'] != _world(self): # a language model's hidden state: this process's rows of the whole batch's
+        saved = [read_state_file(path/f'rng-{r}.pt').get('stream') for r in range(state['world_size'])]
+        if (saved[0] or {}).get('hidden'): rng = {**rng, 'stream': regroup_streams(saved, rank, _world(self))}
     if self.opt is None: self.create_opt()
     model = get_model(self.model)
     # read into new tensors: a checkpoint that fails to read leaves the learner as it was
@@ -197,6 +214,9 @@ def load_state(self:Learner,
     # callbacks' own tensors, those the checkpoint has (one written before a callback was added has none of its)
     cbs = {k: empty_like(t) for k,t in callback_tensors(self, templates=True).items() if f'cbs.{k}' in md}
     if cbs: tensors['cbs'] = cbs
+    # an open group's gradients: this process's own; on another number of processes, the mean of all those saved
+    same_world = state['world_size'] == _world(self)
+    if grads := _saved_grads(model, md, [rank] if same_world else range(state['world_size'])): tensors['grads'] = grads
     dcp_load(tensors, path, **dcp_kwargs())
     model_sd,opt_sd = tensors['model'],join_tensors(state['opt'], '', tensors.get('opt', {}))
     model.load_state_dict(model_sd)
@@ -204,10 +224,10 @@ def load_state(self:Learner,
         self.opt.load_state_dict(opt_sd)
         place_state(self.opt) # on its parameters' devices: DCP read it onto the CPU
     self.opt.freeze_to(state['frozen_idx'])
+    set_group_grads(self, _mean_grads(tensors.get('grads', {}))) # none saved: zeroed, as a step leaves them
     scaler = getattr(self.accelerator, 'scaler', None) if self.accelerator is not None else None
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])
     restore_recorder(self, state['recorder'])
-    same_world = state['world_size'] == _world(self)
     if same_world and rng.get('norm'): set_norm_stats(model, rng['norm']) # each process's own (else process 0's)
     self.recorder.smooth_loss.resume_own(rng.get('own_smooth') if same_world else None) # else each starts from the mean
     restore_callbacks(self, state['cbs'])
