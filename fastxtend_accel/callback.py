@@ -148,6 +148,8 @@ def accelerate(self:Learner,
     cb = AcceleratorCallback(accelerator, sync_bn, smooth_loss_every_batch, **kwargs)
     self.remove_cbs([c for c in self.cbs if isinstance(c, AcceleratorCallback) or getattr(c, 'accelerate_option', '')])
     self.add_cbs([cb, *[o for o in added if o is not None]])
+    # a ready `Accelerator` built with `log_with` has trackers too
+    if trackers is None and cb.accelerator.log_with: trackers = importlib.import_module('fastxtend_accel.trackers')
     if trackers is not None: trackers.add_trackers(self)
     return self
 
@@ -180,6 +182,8 @@ def _check_callbacks(self:AcceleratorCallback):
     if len(ga) > 1: raise ValueError(f"{len(ga)} `GradientAccumulation` callbacks: keep one")
     if (ga[0] if ga else None) is not self.ga: self.ga = ga[0] if ga else None; self._set_idle()
     check_cpu_bf16(acc, learn.model)
+    for cb in learn.cbs: # the callbacks' own refusals (`check_fit`), with nothing prepared yet
+        if callable(getattr(cb, 'check_fit', None)): cb.check_fit()
 
 # %% ../nbs/08_callback.ipynb #2e61e267
 _main_only_cbs = (ProgressCallback, ShowGraphCallback, CSVLogger)

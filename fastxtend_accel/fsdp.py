@@ -31,7 +31,7 @@ __all__ = ['shard_fillers', 'check_fsdp2_torch', 'is_fsdp2', 'fsdp2_plugin', 'is
 _min_torch = '2.6'
 _has_fsdp2 = ismin_torch(_min_torch)
 if _has_fsdp2:
-    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
     from torch.distributed.tensor import DTensor, distribute_tensor
 else: FSDPModule = DTensor = MixedPrecisionPolicy = type('_Missing', (), {}) # nothing is ever an instance
 
@@ -156,6 +156,22 @@ def place_state(opt # A fastai `Optimizer` or `OptimWrapper`
         for k,v in st.items():
             if isinstance(v, Tensor) and v.device != p.device: st[k] = v.to(p.device)
 
+# %% ../nbs/06_fsdp.ipynb #662e7273
+def _resharded_after(m, f):
+    "`f` (a method of `m` FSDP2 runs as a forward), then `m`'s parameters sharded again"
+    def _inner(*args, **kwargs):
+        try: return f(*args, **kwargs)
+        finally: m.reshard()
+    return _inner
+
+def _reset_as_forward(model):
+    "`model`, each of its sharded modules with a `reset` (fastai's RNN models) running it as FSDP2 runs a forward"
+    for m in model.modules(): # (registered: FSDP2 set the wrapped `reset` on the instance)
+        if isinstance(m, FSDPModule) and callable(getattr(m, 'reset', None)) and 'reset' not in vars(m):
+            register_fsdp_forward_method(m, 'reset')
+            m.reset = _resharded_after(m, m.reset)
+    return model
+
 # %% ../nbs/06_fsdp.ipynb #b61afc7a
 def _track(acc, model):
     "Have `acc` know `model` as prepared again (`release_prepared` dropped it): `save_state` and clipping look there"
@@ -215,6 +231,7 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
         old = list({id(p): p for p in (opt_params(opt) if opt is not None else model.parameters())}.values())
         model,new = _prepare(acc, model, old, filler)
         _skeletons[model] = skeleton
+        _reset_as_forward(model)
         if opt is not None: move_opt(opt, dict(zip(old, new)))
     if opt is not None:
         ids = {id(p) for p in model.parameters()}

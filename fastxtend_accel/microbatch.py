@@ -4,7 +4,7 @@
 
 # %% ../nbs/16j_microbatch.ipynb #5714da60
 from __future__ import annotations
-import gc, itertools, math, tempfile
+import gc, itertools, math, sys, tempfile
 from contextlib import ExitStack, nullcontext
 import torch
 import torch.distributed as dist
@@ -17,7 +17,8 @@ from .checkpoint.fields import checkpoint_fields
 from .callback import AcceleratorCallback
 
 # %% auto #0
-__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'accelerate_option', 'MicroBatchFinder']
+__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'carried_state', 'accelerate_option',
+           'MicroBatchFinder']
 
 # %% ../nbs/16j_microbatch.ipynb #f1c8a7a6
 _oom_messages = ("can't allocate memory", 'out of memory') # torch's CPU allocator; CUDA's, MPS's and XLA's
@@ -98,14 +99,6 @@ def before_fit(self:MicroBatches):
     acc = learn.accelerator
     if acc is None:
         raise ValueError("Micro-batches run on an accelerated learner: use `learn.accelerate(micro_bs=...)`")
-    if not runs_own_loop(learn):
-        raise ValueError(f"Micro-batches run in this library's loop, and `{type(learn).__name__}` replaces part of it "
-                         "(`_do_one_batch`, `_do_grad_opt`, ...): keep fastai's methods, or use "
-                         "`.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
-    if acc.fsdp: raise ValueError("Micro-batches with FSDP2 are not supported yet: use `.accelerate(gradient_"
-                                  "accumulation_steps=...)` with a smaller `bs`")
-    if acc.xla: raise ValueError("Micro-batches on an XLA device are not supported yet (each size compiles a graph): "
-                                 "use `.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
     self.fit_token,self.nested,acc.batch_runner = learn.fit_calls,0,self.run_batch
 
 @patch
@@ -121,6 +114,33 @@ def after_fit_failed(self:MicroBatches, e):
 @patch
 def after_loss(self:MicroBatches):
     if self.share != 1: self.learn.loss_grad = self.learn.loss_grad*self.share # this micro-batch's share of the batch
+
+# %% ../nbs/16j_microbatch.ipynb #486d3983
+def carried_state(model:nn.Module # A learner's model
+                 )->list:
+    "The modules of `model` that carry a hidden state from one batch to the next (a language model's `AWD_LSTM`)"
+    awd,core = sys.modules.get('fastai.text.models.awdlstm'),sys.modules.get('fastai.text.models.core')
+    if awd is None: return [] # fastai's text models never imported: none here
+    fresh = {id(m.module) for m in model.modules() if isinstance(m, core.SentenceEncoder)} # reset at each batch
+    return [m for m in model.modules() if isinstance(m, awd.AWD_LSTM) and id(m) not in fresh]
+
+@patch
+def check_fit(self:MicroBatches):
+    "Refuse, before the fit prepares anything, what micro-batches can't split exactly"
+    learn,acc = self.learn,self.learn.accelerator
+    if not runs_own_loop(learn):
+        raise ValueError(f"Micro-batches run in this library's loop, and `{type(learn).__name__}` replaces part of it "
+                         "(`_do_one_batch`, `_do_grad_opt`, ...): keep fastai's methods, or use "
+                         "`.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
+    if acc.fsdp: raise ValueError("Micro-batches with FSDP2 are not supported yet: use `.accelerate(gradient_"
+                                  "accumulation_steps=...)` with a smaller `bs`")
+    if acc.xla: raise ValueError("Micro-batches on an XLA device are not supported yet (each size compiles a graph): "
+                                 "use `.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
+    if kept := carried_state(get_model(learn.model)):
+        raise ValueError(f"Micro-batches split each batch, and this model's `{type(kept[0]).__name__}` carries its "
+                         "hidden state from one batch to the next (a language model): each micro-batch would start "
+                         "it afresh, training another model. Use `.accelerate(gradient_accumulation_steps=...)` with "
+                         "a smaller `bs` instead of `micro_bs`")
 
 # %% ../nbs/16j_microbatch.ipynb #869a325b
 @patch

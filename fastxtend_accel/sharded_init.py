@@ -57,9 +57,19 @@ def _fit_learner():
         f = f.f_back
 
 # %% ../nbs/06d_sharded_init.ipynb #cfafe4fd
+def _draws(func, kwargs):
+    "Whether a step draws from the default generator"
+    return torch.Tag.nondeterministic_seeded in getattr(func, 'tags', ()) and kwargs.get('generator') is None
+
 def _states_hash(steps, rng):
-    "A hash of the random states a replay of `steps` from `rng` sets: the same on every process of one model"
-    states = [rng] + [args[0] for func,args,*_ in steps if func is torch.set_rng_state]
+    "A hash of the random states a replay of `steps` from `rng` draws from: the same on every process of one model"
+    # a state nothing draws from (the block's own, when it seeds before any draw) makes no value: left out, so
+    # processes that reach the block from different states and seed in it (fastai's learner functions do) agree
+    states,now,drawn = [],rng,False
+    for func,args,kwargs,*_ in steps:
+        if func is torch.set_rng_state: now,drawn = args[0],False
+        elif isinstance(getattr(func, '__self__', None), torch.Generator): states.append(args[0]) # another generator
+        elif not drawn and _draws(func, kwargs): states.append(now); drawn = True
     return int(hashlib.sha1(b''.join(s.numpy().tobytes() for s in states)).hexdigest()[:15], 16)
 
 class _Pending:

@@ -8,8 +8,9 @@ SITE = Path(__file__).parents[1]/'_docs'
 CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
 _ADDRESS = re.compile(r'<object object at|\bat 0x[0-9a-fA-F]{6,}') # a default's repr with its memory address
 _ENTRY = re.compile(r'<p><span id="([^"]+)"></span></p>') # an API entry's anchor (tools/docs.py, before show_doc's)
-REFERENCE = ['accelerate', 'processes', 'compiler', 'checkpoints', 'clusters', 'monitors', 'ema', 'guard',
-             'activations', 'microbatch'] # nbs/reference/, in the sidebar's order
+API = ['accelerate', 'processes', 'compiler', 'checkpoints', 'clusters', 'monitors', 'ema', 'guard', 'activations',
+       'microbatch'] # nbs/reference/'s pages of the public API, in the sidebar's order
+REFERENCE = API + ['compatibility'] # and what works with what: the compatibility matrix's table
 _FLAGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
           '--disable-background-networking', '--disable-component-update', '--disable-sync']
 
@@ -89,7 +90,7 @@ def test_sidebar_for_users(visited):
     page = visited['index.html']
     side = _sidebar(page['html'])
     assert list(side) == ['Tutorial', 'How-to guides', 'Reference', 'Explanation', 'Internals']
-    assert side['Reference'] == [f'reference/{n}.html' for n in REFERENCE] # the public API alone
+    assert side['Reference'] == [f'reference/{n}.html' for n in REFERENCE] # the public API, what works with what
     assert {'core.html', 'callback.html', 'checkpoint.html', 'microbatch.html'} <= set(side['Internals'])
     linked = {urlsplit(l).path.lstrip('/') for l in page['links']}
     assert {'tutorial.html', 'guides/migrating.html', 'reference/checkpoints.html', 'checkpoint.html'} <= linked
@@ -157,7 +158,8 @@ def test_reference_documents_public_names(visited):
     assert {'learner.accelerate', 'checkpointcallback', 'emacallback.swapped', 'reduction'} <= public
     assert not {'_averaged', 'checkpointcallback.before_fit', 'acceleratorcallback.after_batch'} & public
     entries = {n: _ENTRY.findall(v['html']) for n,v in visited.items() if n.startswith('reference/')}
-    assert sorted(entries) == sorted(f'reference/{n}.html' for n in REFERENCE)
+    assert entries.pop('reference/compatibility.html') == [] # a table, no API
+    assert sorted(entries) == sorted(f'reference/{n}.html' for n in API)
     assert {n: sorted(set(e) - public) for n,e in entries.items()} == {n: [] for n in entries}
     assert [n for n,e in entries.items() if not e] == []
     assert entries['reference/checkpoints.html'] == [
@@ -206,3 +208,12 @@ def test_screenshots(base, browser, tmp_path):
     imgs = page.eval_on_selector_all('img', 'es => es.map(e => [e.naturalWidth, e.complete])') # the last page's pictures
     page.close()
     assert len(imgs) >= 2 and all(w > 0 and done for w,done in imgs), imgs
+
+def test_compatibility_table(visited):
+    "What works with what: the matrix's table, a row and a column for each option's value, each pair marked"
+    html = visited['reference/compatibility.html']['html']
+    rows = re.findall(r'<tr[^>]*>(.*?)</tr>', html, re.S)
+    cells = [re.findall(r'<t[dh][^>]*>(.*?)</t[dh]>', r, re.S) for r in rows]
+    assert len(cells) == 22 and all(len(c) == 22 for c in cells) # 21 values of the options, and the headings
+    marks = [re.sub(r'<[^>]+>', '', m).strip() for r in cells[1:] for m in r[1:]]
+    assert set(marks) <= {'✓', '—', '✓4', '✗1', '✗2', '✗3'} and marks.count('✓') > 300

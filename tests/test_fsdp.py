@@ -15,7 +15,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,env,errors,sharded'], out,
+    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,lm,env,errors,sharded'], out,
                      timeout=900), out
 
 @pytest.fixture(scope='module')
@@ -49,6 +49,17 @@ def test_activation_checkpointing_compiled(runs):
             assert (ac['during'], kept['during']) == (3, 0) and ac['plain_after'] # the 3 blocks, during the fit only
             assert 0 < ac['saved'] < kept['saved'], (ac['saved'], kept['saved'])
         assert r['fsdp']['activations']['checkpointed']['shards'] == r['fsdp']['activations']['kept']['shards']
+
+def test_language_model(runs):
+    "fastai's AWD-LSTM language model (tied weights, its hidden state reset outside the forward) trains as under DDP"
+    (r0,r1),_ = runs
+    f,d = r0['fsdp']['lm'],r0['ddp']['lm']
+    assert f['kinds'] == ['DTensor'] and d['kinds'] == ['Parameter']
+    assert _maxdiff(f['params'], d['params']) < 1e-5
+    for a,b in zip(f['params'], r1['fsdp']['lm']['params']): assert torch.equal(a, b) # one model, gathered
+    def flat(values): return [v for epoch in values for v in epoch] # (the `Recorder`'s rows are `L`s)
+    assert len(f['values']) == 2 and flat(f['values']) == pytest.approx(flat(d['values']), abs=1e-5)
+    assert f['valid'] == pytest.approx(d['valid'], abs=1e-5)
 
 def test_parameters_sharded(runs):
     (r0,r1),_ = runs
@@ -188,7 +199,7 @@ def test_own_fully_shard_without_accelerator(tmp_path):
 # models built in shards (`fastxtend_accel.sharded_init`): scenario `sharded`, built as usual and in the block from one seed
 def _same(a, b): return len(a) == len(b) > 0 and all(torch.equal(x, y) for x,y in zip(a, b))
 
-@pytest.mark.parametrize('case', ['learner', 'tabular', 'tabular_bf16', 'bf16', 'compiled', 'tied', 'text_loaded'])
+@pytest.mark.parametrize('case', ['learner', 'tabular', 'tabular_bf16', 'bf16', 'compiled', 'tied', 'text_loaded', 'lm'])
 def test_sharded_init_trains_as_built_in_full(runs, case):
     "A learner built in `sharded_init` waits for its shards, then trains under FSDP2 exactly as one built as usual"
     for r in runs[0]:
@@ -197,7 +208,9 @@ def test_sharded_init_trains_as_built_in_full(runs, case):
         assert sharded['kinds'] == ['DTensor'] and not sharded['notices']
         assert _same(full['tensors'], sharded['tensors']) # parameters and buffers after the fit, to the bit
         assert full['values'] == sharded['values']
-        assert full['ties'] == sharded['ties'] == (case in ('tied', 'text_loaded')) # a tied parameter stays one
+        # a tied parameter stays one: fastai's text models reach their embedding twice (`encoder_dp.emb`), the language
+        # model's decoder once more
+        assert full['ties'] == sharded['ties'] == {'tied': 1, 'text_loaded': 1, 'lm': 2}.get(case, 0)
 
 def test_sharded_init_without_fsdp(runs):
     "Accelerated without FSDP2 (DDP here), a model built in the block is built in full, with a notice, as usual"

@@ -118,14 +118,15 @@ def _stage_nb(nb, page, anchors, git_url):
     return dict(nb, cells=cells, nbformat=4, nbformat_minor=5)
 
 # The sidebar, laid out for users: a tutorial, how-to guides, the reference of what they call (nbs/reference/: the
-# public API alone), explanations; the book's modules (what the library is built of) under Internals, in nbdev's order
+# public API, and what works with what), explanations; the book's modules (what the library is built of) under
+# Internals, in nbdev's order
 sections = {
     'Tutorial': ['tutorial'],
     'How-to guides': ['guides/migrating', 'guides/launchers', 'guides/clusters', 'guides/slurm', 'guides/checkpoints',
                       'guides/s3', 'guides/micro_batches', 'guides/fsdp2', 'guides/tpu', 'guides/evaluation'],
     'Reference': ['reference/accelerate', 'reference/processes', 'reference/compiler', 'reference/checkpoints',
                   'reference/clusters', 'reference/monitors', 'reference/ema', 'reference/guard',
-                  'reference/activations', 'reference/microbatch'],
+                  'reference/activations', 'reference/microbatch', 'reference/compatibility'],
     'Explanation': ['architecture', 'guides/benchmarks'],
 }
 

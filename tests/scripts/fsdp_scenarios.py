@@ -12,7 +12,7 @@ from fastxtend_accel.compiler import *
 from fastxtend_accel.cpu_fsdp import cpu_fsdp_accelerator
 from fastxtend_accel.fsdp_values import local_bytes
 from fastxtend_accel.patching import compiled_graphs
-from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner, SavedBytes
+from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner, synth_lm_learner, SavedBytes
 
 defaults.callbacks = [cb for cb in defaults.callbacks if cb is not ProgressCallback] # no progress bars in the test logs
 
@@ -186,6 +186,15 @@ for mode in ('ddp', 'fsdp'):
                             plain_after=not any(is_checkpointed(m) for m in learn.model.modules()))
         r['activations'] = dict(kept=runs[None], checkpointed=runs[True])
 
+    # 9c. fastai's AWD-LSTM language model: tied weights, a hidden state carried between batches and reset before each
+    # phase (`ModelResetter`, outside the forward), then validated outside the fit (by all processes together, as in it)
+    if want('lm'):
+        learn = accelerate(synth_lm_learner(), mode)
+        learn.fit(2, 1e-2)
+        r['lm'] = dict(params=params(learn), values=learn.recorder.values) # (`validate` gives the `Recorder` new ones)
+        with learn.distributed_eval(): r['lm']['valid'] = [float(v) for v in learn.validate()]
+        r['lm']['kinds'] = sorted({type(p).__name__ for p in learn.model.parameters()})
+
 # 10. FSDP asked for through the environment variables alone (as `accelerate config` and the launcher set them)
 if want('env'):
     os.environ.update(ACCELERATE_USE_FSDP='true', FSDP_VERSION='2')
@@ -243,6 +252,7 @@ if want('sharded'):
         learn.model = m
         return learn
     r['tied'] = both(tied)
+    r['lm'] = both(lambda: synth_lm_learner()) # fastai's language model: its encoder and decoder share a weight
     # a pretrained-style file (another seed's weights): `learn.load` before the first fit keeps each process's rows
     pre = out/'pretrained.pth'
     if int(os.environ['RANK']) == 0: torch.save(synth_text_learner(n=96, seed=1).model.state_dict(), pre)
