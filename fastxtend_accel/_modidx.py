@@ -1020,6 +1020,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch.MicroBatches._passes': ( 'microbatch.html#microbatches._passes',
                                                                                                  'fastxtend_accel/microbatch.py'),
+                                            'fastxtend_accel.microbatch.MicroBatches._tell_norms': ( 'microbatch.html#microbatches._tell_norms',
+                                                                                                     'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch.MicroBatches._undo': ( 'microbatch.html#microbatches._undo',
                                                                                                'fastxtend_accel/microbatch.py'),
                                             'fastxtend_accel.microbatch.MicroBatches.after_fit': ( 'microbatch.html#microbatches.after_fit',

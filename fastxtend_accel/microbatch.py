@@ -76,7 +76,7 @@ class MicroBatches(ExtendingCallback):
         self.micro_bs = None if self.auto else micro_bs
         self.found = None # 'auto': the micro-batch that fits (None: the whole batch), kept by checkpoints
         self.valid_found = None # 'auto': the same for validation batches (no backward there: found apart)
-        self.tried,self.share,self.fit_token,self.nested,self.probing = [],1.,None,0,False
+        self.tried,self.share,self.fit_token,self.nested,self.probing,self.norms_told = [],1.,None,0,False,False
 
     @property
     def size(self)->int|None:
@@ -99,7 +99,20 @@ def before_fit(self:MicroBatches):
     acc = learn.accelerator
     if acc is None:
         raise ValueError("Micro-batches run on an accelerated learner: use `learn.accelerate(micro_bs=...)`")
-    self.fit_token,self.nested,acc.batch_runner = learn.fit_calls,0,self.run_batch
+    self.fit_token,self.nested,acc.batch_runner,self.norms_told = learn.fit_calls,0,self.run_batch,False
+    if not self.auto: self._tell_norms(self.micro_bs, learn.dls.train.bs)
+
+_norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+
+@patch
+def _tell_norms(self:MicroBatches, size, n):
+    "Warn, once a fit, that the model's BatchNorm layers see micro-batches of `size` items, not batches of `n`"
+    names = [k for k,m in get_model(self.learn.model).named_modules() if isinstance(m, _norms)]
+    if self.norms_told or not names or size >= n: return
+    self.norms_told = True
+    if self.learn.is_main_process: warn(
+        f"Micro-batches of {size} items: the BatchNorm layers ({', '.join(names)}) compute their statistics on each "
+        f"micro-batch, not on the batch of {n}, so the model trains otherwise than on the batch unsplit")
 
 @patch
 def after_fit(self:MicroBatches):
@@ -132,8 +145,9 @@ def check_fit(self:MicroBatches):
         raise ValueError(f"Micro-batches run in this library's loop, and `{type(learn).__name__}` replaces part of it "
                          "(`_do_one_batch`, `_do_grad_opt`, ...): keep fastai's methods, or use "
                          "`.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
-    if acc.fsdp: raise ValueError("Micro-batches with FSDP2 are not supported yet: use `.accelerate(gradient_"
-                                  "accumulation_steps=...)` with a smaller `bs`")
+    if acc.fsdp and self.auto: raise ValueError(
+        "`micro_bs='auto'` (and `find_micro_bs`) with FSDP2 is not supported yet: a process out of memory inside a "
+        "sharded block would leave the others waiting in FSDP2's gathers. Give a fixed size, `micro_bs=N`")
     if acc.xla: raise ValueError("Micro-batches on an XLA device are not supported yet (each size compiles a graph): "
                                  "use `.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
     if kept := carried_state(get_model(learn.model)):
@@ -187,8 +201,10 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
     for j,part in enumerate(parts):
         learn.xb,learn.yb = _cut(xb, part, n),_cut(yb, part, n)
         self.share = (part.stop-part.start)/n if mean else 1.
-        # DDP syncs gradients in the last micro-batch's backward (none where `quiet`: `run_batch` does it)
-        hush = acc.distributed and not quiet and j < len(parts)-1
+        # DDP and FSDP2 reduce gradients in the last micro-batch's backward of a batch that steps (none where `quiet`:
+        # `run_batch` does it); Accelerate's FSDP2 `no_sync` turns the reduction back on when it ends, even inside an
+        # accumulating batch's own `no_sync`: a batch that doesn't step keeps it off for each micro-batch
+        hush = acc.distributed and not quiet and (j < len(parts)-1 or not acc.sync)
         with acc.accelerator.no_sync(learn.model) if hush else nullcontext(): batch_pass()
         preds.append(to_detach(learn.pred, cpu=False, gather=False))
         loss = loss + learn.loss*self.share
@@ -241,6 +257,7 @@ def _back_off(self:MicroBatches, size, n, where, failed):
     if self.learn.is_main_process:
         print(f"MicroBatches: out of memory on {_on(where)} with micro-batches of {size} items: {self.found} from now "
               f"on ({len(micro_parts(n, self.found))} a batch of {n})")
+    self._tell_norms(self.found, n)
 
 # %% ../nbs/16j_microbatch.ipynb #66bb97ed
 @patch

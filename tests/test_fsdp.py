@@ -6,7 +6,7 @@ import pytest, torch
 from torch import nn, Tensor
 from fastai.learner import load_learner
 from fastxtend_accel.core import * # `Learner.accelerate`
-from fastxtend_accel.test_utils import synth_learner_digits, accelerate_launch_cmd, torchrun_cmd, run_cmd, run_ranks, free_port
+from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner, accelerate_launch_cmd, torchrun_cmd, run_cmd, run_ranks, free_port
 from conftest import SCRIPTS, REPO
 
 @pytest.fixture(scope='module')
@@ -15,7 +15,7 @@ def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp('fsdp')
     cmd = accelerate_launch_cmd('--use_fsdp', '--fsdp_version', '2', '--num_processes', '2', '--num_machines', '1',
                                 '--mixed_precision', 'no', '--dynamo_backend', 'no')
-    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,freeze,memory,eval,save,compile,activations,lm,env,errors,sharded'], out,
+    return run_ranks(cmd + [SCRIPTS/'fsdp_scenarios.py', out, 'plain,stale_opt,accum,micro,freeze,memory,eval,save,compile,activations,lm,env,errors,sharded'], out,
                      timeout=900), out
 
 @pytest.fixture(scope='module')
@@ -90,6 +90,21 @@ def test_accumulation_and_clip(runs):
         assert a['syncs'] == [False, True]*3 # 6 batches, k=2: no gradient reduction on the first of each pair
         assert a['norm_types'] == ['DTensor']*3 and r['ddp']['accum']['norm_types'] == ['Tensor']*3
         assert a['norms'] == pytest.approx(r['ddp']['accum']['norms'], abs=1e-5)
+
+def test_micro_batches(runs):
+    """`micro_bs=4` under FSDP2: each step as 1 process on the whole batch of 32, and as DDP with the same micro-batches;
+    gradients reduced in the last micro-batch's backward only; `micro_bs='auto'` refused, as yet"""
+    (r0,r1),_ = runs
+    one = synth_regression_learner(bs=32) # stock fastai, 1 process
+    with one.no_bar(), one.no_logging(): one.fit(1, 1e-2)
+    for split in (False, True):
+        f,d = r0['fsdp']['micro'][split],r0['ddp']['micro'][split]
+        assert _maxdiff(f['params'], d['params']) < 1e-5 and _maxdiff(f['params'], list(one.model.parameters())) < 1e-5
+        assert f['values'] == pytest.approx(d['values'], abs=1e-5)
+        for a,b in zip(f['params'], r1['fsdp']['micro'][split]['params']): assert torch.equal(a, b)
+        assert f['syncs'] == [False, True]*3*6 # 6 batches, each 4 micro-batches: the reduction off for the first 3
+    assert "`micro_bs='auto'` (and `find_micro_bs`) with FSDP2 is not supported yet" in r0['fsdp']['micro']['auto']
+    assert r0['ddp']['micro']['auto'] == 'trained'
 
 def test_freeze_and_discriminative_lrs(runs):
     (r0,_),_ = runs

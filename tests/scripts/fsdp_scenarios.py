@@ -25,9 +25,9 @@ def accelerate(learn, mode, mixed_precision='no', **kwargs):
     "`learn.accelerate(...)` with DDP, or with an FSDP2 plugin (Accelerate's FSDP2 path forced on CPU, for this test only)"
     kwargs['mixed_precision'] = mixed_precision # explicit: without it, a learner keeps the precision of the last `Accelerator`
     if mode == 'ddp': return learn.accelerate(**kwargs)
-    ac = kwargs.pop('activation_checkpointing', None) # an option of `.accelerate()`, not of the `Accelerator`
+    opts = {k: kwargs.pop(k) for k in ('activation_checkpointing', 'micro_bs') if k in kwargs} # `.accelerate()`'s own
     return learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kwargs),
-                            activation_checkpointing=ac)
+                            **opts)
 
 def full(t): return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
 def params(learn): return [full(p) for p in learn.model.parameters()]
@@ -82,6 +82,17 @@ for mode in ('ddp', 'fsdp'):
         spy = SyncSpy()
         learn.fit(1, 1e-2, cbs=[spy, GradientClip(max_norm=0.5)])
         r['accum'] = dict(params=params(learn), syncs=spy.syncs, norms=spy.norms, norm_types=spy.norm_types)
+
+    # 3b. micro-batches of 4 items, the global batch of 32 given per process or split (`split_batches`); 'auto'
+    if want('micro'):
+        r['micro'] = {}
+        for split in (False, True):
+            learn = accelerate(synth_regression_learner(bs=32 if split else 16), mode, micro_bs=4, split_batches=split)
+            spy = SyncSpy()
+            learn.fit(1, 1e-2, cbs=spy)
+            r['micro'][split] = dict(params=params(learn), values=learn.recorder.values, syncs=spy.syncs)
+        try: accelerate(synth_regression_learner(), mode, micro_bs='auto').fit(1, 1e-2); r['micro']['auto'] = 'trained'
+        except ValueError as e: r['micro']['auto'] = str(e)
 
     # 4. frozen first group, one cycle, then unfrozen with discriminative learning rates, shuffled data
     if want('freeze'):
