@@ -17,8 +17,8 @@ from .checkpoint.fields import checkpoint_fields
 from .callback import AcceleratorCallback
 
 # %% auto #0
-__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'carried_state', 'accelerate_option',
-           'MicroBatchFinder']
+__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'carried_state', 'state_rows',
+           'joined_rows', 'accelerate_option', 'MicroBatchFinder']
 
 # %% ../nbs/16j_microbatch.ipynb #f1c8a7a6
 _oom_messages = ("can't allocate memory", 'out of memory') # torch's CPU allocator; CUDA's, MPS's and XLA's
@@ -137,6 +137,26 @@ def carried_state(model:nn.Module # A learner's model
     fresh = {id(m.module) for m in model.modules() if isinstance(m, core.SentenceEncoder)} # reset at each batch
     return [m for m in model.modules() if isinstance(m, awd.AWD_LSTM) and id(m) not in fresh]
 
+def _each(h, f):
+    "`f` on each tensor of a hidden state (a tensor, or nested lists and tuples of them), the nesting kept"
+    return type(h)(_each(o, f) for o in h) if isinstance(h, (list, tuple)) else f(h)
+
+def state_rows(hidden, # An RNN's hidden state: tensors `(directions, rows, features)`, nested in lists and tuples
+               rows:slice, # The rows wanted
+               n:int # Rows the state should have: the first `n` kept, zeros added, as `AWD_LSTM` fits it to a batch
+              ):
+    "Rows `rows` of `hidden`, fitted to a batch of `n` rows first"
+    def fit(h):
+        if h.shape[1] < n: h = torch.cat([h, h.new_zeros(h.shape[0], n-h.shape[1], *h.shape[2:])], 1)
+        return h[:, :n][:, rows].contiguous()
+    return _each(hidden, fit)
+
+def joined_rows(parts:list # Hidden states of consecutive rows, as `state_rows` cut them
+               ):
+    "The hidden states `parts` side by side: the state of all their rows"
+    if isinstance(parts[0], (list, tuple)): return type(parts[0])(joined_rows(list(o)) for o in zip(*parts))
+    return torch.cat(parts, 1)
+
 @patch
 def check_fit(self:MicroBatches):
     "Refuse, before the fit prepares anything, what micro-batches can't split exactly"
@@ -150,11 +170,6 @@ def check_fit(self:MicroBatches):
         "sharded block would leave the others waiting in FSDP2's gathers. Give a fixed size, `micro_bs=N`")
     if acc.xla: raise ValueError("Micro-batches on an XLA device are not supported yet (each size compiles a graph): "
                                  "use `.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
-    if kept := carried_state(get_model(learn.model)):
-        raise ValueError(f"Micro-batches split each batch, and this model's `{type(kept[0]).__name__}` carries its "
-                         "hidden state from one batch to the next (a language model): each micro-batch would start "
-                         "it afresh, training another model. Use `.accelerate(gradient_accumulation_steps=...)` with "
-                         "a smaller `bs` instead of `micro_bs`")
 
 # %% ../nbs/16j_microbatch.ipynb #869a325b
 @patch
@@ -197,18 +212,37 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
     parts = micro_parts(n, size)
     if len(parts) == 1: batch_pass(); return learn.pred,learn.loss # the batch as it is
     mean = getattr(learn.loss_func, 'reduction', 'mean') != 'sum' # fastai's and torch's losses average the items
-    preds,loss = [],0.
-    for j,part in enumerate(parts):
-        learn.xb,learn.yb = _cut(xb, part, n),_cut(yb, part, n)
-        self.share = (part.stop-part.start)/n if mean else 1.
-        # DDP and FSDP2 reduce gradients in the last micro-batch's backward of a batch that steps (none where `quiet`:
-        # `run_batch` does it); Accelerate's FSDP2 `no_sync` turns the reduction back on when it ends, even inside an
-        # accumulating batch's own `no_sync`: a batch that doesn't step keeps it off for each micro-batch
-        hush = acc.distributed and not quiet and (j < len(parts)-1 or not acc.sync)
-        with acc.accelerator.no_sync(learn.model) if hush else nullcontext(): batch_pass()
-        preds.append(to_detach(learn.pred, cpu=False, gather=False))
-        loss = loss + learn.loss*self.share
+    preds,loss,rows,done = [],0.,_StateRows(learn, parts, n),False
+    try:
+        for j,part in enumerate(parts):
+            learn.xb,learn.yb = _cut(xb, part, n),_cut(yb, part, n)
+            self.share = (part.stop-part.start)/n if mean else 1.
+            # DDP and FSDP2 reduce gradients in the last micro-batch's backward of a batch that steps (none where
+            # `quiet`: `run_batch` does it); Accelerate's FSDP2 `no_sync` turns the reduction back on when it ends, even
+            # inside an accumulating batch's own `no_sync`: a batch that doesn't step keeps it off for each micro-batch
+            hush = acc.distributed and not quiet and (j < len(parts)-1 or not acc.sync)
+            rows.give(part)
+            with acc.accelerator.no_sync(learn.model) if hush else nullcontext(): batch_pass()
+            rows.took()
+            preds.append(to_detach(learn.pred, cpu=False, gather=False))
+            loss = loss + learn.loss*self.share
+        done = True
+    finally: rows.end(done)
     return _joined(preds),loss
+
+class _StateRows:
+    "A language model's hidden state given to micro-batches, each its rows; the batch's, theirs side by side after"
+    def __init__(self, learn, parts, n):
+        self.mods,self.n = carried_state(get_model(learn.model)),n
+        self.kept,self.done = [(m.hidden, m.bs) for m in self.mods],[[] for _ in self.mods]
+    def give(self, part):
+        for m,(h,_) in zip(self.mods, self.kept): m.hidden,m.bs = state_rows(h, part, self.n),len(range(self.n)[part])
+    def took(self):
+        for m,d in zip(self.mods, self.done): d.append(m.hidden)
+    def end(self, done):
+        "All ran: the batch's state, their rows side by side; else the state as it was before the batch"
+        for m,d,(h,bs) in zip(self.mods, self.done, self.kept):
+            m.hidden,m.bs = (joined_rows(d), self.n) if done else (h, bs)
 
 # %% ../nbs/16j_microbatch.ipynb #50f1c25c
 @patch
