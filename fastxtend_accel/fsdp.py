@@ -220,8 +220,8 @@ def prepare_fsdp(acc:Accelerator, # An accelerator running FSDP2
                  opt=None # The learner's fastai optimizer, if built
                 )->nn.Module:
     "`model` sharded with Accelerate's FSDP2 the first time, and `opt` moved onto its shards, state included"
-    if is_sharded(model):
-        reshard(model)
+    if is_sharded(model): # (sharded by an earlier fit, or by the user's own `fully_shard`)
+        reshard(_reset_as_forward(model))
         _track(acc, model)
     else:
         filler = shard_fillers.pop(model, None) # built on the meta device: its values come once it is sharded

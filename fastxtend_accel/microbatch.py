@@ -11,14 +11,14 @@ import torch.distributed as dist
 from fastai.basics import *
 from .extension import ExtendingCallback
 from .collectives import sync_buffers, all_reduce_grads
-from .loop import runs_own_loop, trial_fits
+from .loop import runs_own_loop, trial_fits, training_fit
 from .checkpoint.rng import rng_state, set_rng_state
 from .checkpoint.fields import checkpoint_fields
 from .callback import AcceleratorCallback
 
 # %% auto #0
-__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'carried_state', 'state_rows',
-           'joined_rows', 'accelerate_option', 'MicroBatchFinder']
+__all__ = ['is_oom', 'free_memory', 'micro_parts', 'MicroBatchError', 'MicroBatches', 'stateful_modules', 'carried_state',
+           'state_rows', 'joined_rows', 'accelerate_option', 'MicroBatchFinder']
 
 # %% ../nbs/16j_microbatch.ipynb #f1c8a7a6
 _oom_messages = ("can't allocate memory", 'out of memory') # torch's CPU allocator; CUDA's, MPS's and XLA's
@@ -100,15 +100,13 @@ def before_fit(self:MicroBatches):
     if acc is None:
         raise ValueError("Micro-batches run on an accelerated learner: use `learn.accelerate(micro_bs=...)`")
     self.fit_token,self.nested,acc.batch_runner,self.norms_told = learn.fit_calls,0,self.run_batch,False
-    if not self.auto: self._tell_norms(self.micro_bs, learn.dls.train.bs)
-
-_norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+    if not self.auto and training_fit(learn): self._tell_norms(self.micro_bs, learn.dls.train.bs)
 
 @patch
 def _tell_norms(self:MicroBatches, size, n):
     "Warn, once a fit, that the model's BatchNorm layers see micro-batches of `size` items, not batches of `n`"
-    names = [k for k,m in get_model(self.learn.model).named_modules() if isinstance(m, _norms)]
-    if self.norms_told or not names or size >= n: return
+    names = [k for k,m in get_model(self.learn.model).named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if self.norms_told or not names or n is None or size >= n: return
     self.norms_told = True
     if self.learn.is_main_process: warn(
         f"Micro-batches of {size} items: the BatchNorm layers ({', '.join(names)}) compute their statistics on each "
@@ -129,13 +127,19 @@ def after_loss(self:MicroBatches):
     if self.share != 1: self.learn.loss_grad = self.learn.loss_grad*self.share # this micro-batch's share of the batch
 
 # %% ../nbs/16j_microbatch.ipynb #486d3983
+def stateful_modules(model:nn.Module # A learner's model
+                    )->list:
+    "The modules of `model` that carry a hidden state (a `reset`, a list `hidden`) from one batch to the next"
+    core = sys.modules.get('fastai.text.models.core')
+    fresh = {id(m.module) for m in model.modules() if core is not None and isinstance(m, core.SentenceEncoder)}
+    return [m for m in model.modules() if callable(getattr(m, 'reset', None))
+            and isinstance(getattr(m, 'hidden', None), list) and id(m) not in fresh] # (an encoder's: reset each batch)
+
 def carried_state(model:nn.Module # A learner's model
                  )->list:
-    "The modules of `model` that carry a hidden state from one batch to the next (a language model's `AWD_LSTM`)"
-    awd,core = sys.modules.get('fastai.text.models.awdlstm'),sys.modules.get('fastai.text.models.core')
-    if awd is None: return [] # fastai's text models never imported: none here
-    fresh = {id(m.module) for m in model.modules() if isinstance(m, core.SentenceEncoder)} # reset at each batch
-    return [m for m in model.modules() if isinstance(m, awd.AWD_LSTM) and id(m) not in fresh]
+    "The `stateful_modules` whose state micro-batches split by rows: fastai's `AWD_LSTM` (and `AWD_QRNN`)"
+    awd = sys.modules.get('fastai.text.models.awdlstm') # (fastai's text models never imported: none)
+    return [m for m in stateful_modules(model) if awd is not None and isinstance(m, awd.AWD_LSTM)]
 
 def _each(h, f):
     "`f` on each tensor of a hidden state (a tensor, or nested lists and tuples of them), the nesting kept"
@@ -170,6 +174,11 @@ def check_fit(self:MicroBatches):
         "sharded block would leave the others waiting in FSDP2's gathers. Give a fixed size, `micro_bs=N`")
     if acc.xla: raise ValueError("Micro-batches on an XLA device are not supported yet (each size compiles a graph): "
                                  "use `.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
+    model = get_model(learn.model)
+    if other := [type(m).__name__ for m in stateful_modules(model) if m not in carried_state(model)]:
+        raise ValueError(f"Micro-batches split each batch, and `{other[0]}` keeps a hidden state from one batch to the "
+                         "next whose rows they can't split (they split `AWD_LSTM`'s): use "
+                         "`.accelerate(gradient_accumulation_steps=...)` with a smaller `bs`")
 
 # %% ../nbs/16j_microbatch.ipynb #869a325b
 @patch
@@ -210,9 +219,9 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
     "Run `batch_pass` over micro-batches of `size`; the batch's predictions and loss. `quiet`: no backward syncs"
     learn,acc = self.learn,self.learn.accelerator
     parts = micro_parts(n, size)
-    if len(parts) == 1: batch_pass(); return learn.pred,learn.loss # the batch as it is
+    if len(parts) <= 1: batch_pass(); return learn.pred,learn.loss # the batch as it is
     mean = getattr(learn.loss_func, 'reduction', 'mean') != 'sum' # fastai's and torch's losses average the items
-    preds,loss,rows,done = [],0.,_StateRows(learn, parts, n),False
+    preds,loss,rows,done = [],0.,_StateRows(learn, n),False
     try:
         for j,part in enumerate(parts):
             learn.xb,learn.yb = _cut(xb, part, n),_cut(yb, part, n)
@@ -232,7 +241,7 @@ def _passes(self:MicroBatches, batch_pass, xb, yb, n, size, quiet):
 
 class _StateRows:
     "A language model's hidden state given to micro-batches, each its rows; the batch's, theirs side by side after"
-    def __init__(self, learn, parts, n):
+    def __init__(self, learn, n):
         self.mods,self.n = carried_state(get_model(learn.model)),n
         self.kept,self.done = [(m.hidden, m.bs) for m in self.mods],[[] for _ in self.mods]
     def give(self, part):
@@ -247,18 +256,20 @@ class _StateRows:
 # %% ../nbs/16j_microbatch.ipynb #50f1c25c
 @patch
 def _keep(self:MicroBatches, acc):
-    "What a failed attempt changes: random states, buffers (BatchNorm's), gradients accumulated by earlier batches"
+    "What a failed attempt changes: random states, buffers, earlier batches' gradients, a language model's state"
     model = self.learn.model
     grads = None if acc.fresh else [None if p.grad is None else p.grad.clone() for p in model.parameters()]
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return torch.get_rng_state(),cuda,[b.clone() for b in model.buffers()],grads
+    states = [(m, m.hidden, m.bs) for m in carried_state(get_model(model))] # a language model's, which a forward moves
+    return torch.get_rng_state(),cuda,[b.clone() for b in model.buffers()],grads,states
 
 @patch
 @torch.no_grad()
 def _undo(self:MicroBatches, kept):
     "Put back what `_keep` kept, and free what the failed attempt held"
-    rng,cuda,buffers,grads = kept
+    rng,cuda,buffers,grads,states = kept
     model = self.learn.model
+    for m,h,bs in states: m.hidden,m.bs = h,bs
     for p,g in zip(model.parameters(), grads or itertools.repeat(None)):
         if g is None: p.grad = None
         else: p.grad.copy_(g)
@@ -303,7 +314,14 @@ def _evaluate(self:MicroBatches, *xb):
         size,failed = min(self.valid_found or n, n),None
         try:
             if size >= n: return learn.model(*xb)
-            return _joined([learn.model(*_cut(xb, p, n)) for p in micro_parts(n, size)])
+            parts,preds,rows = micro_parts(n, size),[],_StateRows(learn, n) # a language model: each part its rows
+            try:
+                for p in parts:
+                    rows.give(p)
+                    preds.append(learn.model(*_cut(xb, p, n)))
+                    rows.took()
+            finally: rows.end(len(preds) == len(parts))
+            return _joined(preds)
         except Exception as e:
             if isinstance(e, MicroBatchError) or not is_oom(e): raise # a verdict already: no halving of it
             failed = f'{type(e).__name__}: {e}'

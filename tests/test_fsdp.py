@@ -5,6 +5,7 @@ import json, sys
 import pytest, torch
 from torch import nn, Tensor
 from fastai.learner import load_learner
+from fastai.callback.training import GradientAccumulation
 from fastxtend_accel.core import * # `Learner.accelerate`
 from fastxtend_accel.test_utils import synth_learner_digits, synth_regression_learner, accelerate_launch_cmd, torchrun_cmd, run_cmd, run_ranks, free_port
 from conftest import SCRIPTS, REPO
@@ -97,12 +98,17 @@ def test_micro_batches(runs):
     (r0,r1),_ = runs
     one = synth_regression_learner(bs=32) # stock fastai, 1 process
     with one.no_bar(), one.no_logging(): one.fit(1, 1e-2)
-    for split in (False, True):
-        f,d = r0['fsdp']['micro'][split],r0['ddp']['micro'][split]
-        assert _maxdiff(f['params'], d['params']) < 1e-5 and _maxdiff(f['params'], list(one.model.parameters())) < 1e-5
-        assert f['values'] == pytest.approx(d['values'], abs=1e-5)
+    accum = synth_regression_learner(bs=32) # the same, stepping every 2 batches (64 items)
+    with accum.no_bar(), accum.no_logging(): accum.fit(1, 1e-2, cbs=GradientAccumulation(n_acc=64))
+    for split in (False, True, 'accum'):
+        f,d,ref = r0['fsdp']['micro'][split],r0['ddp']['micro'][split],(accum if split == 'accum' else one)
+        assert _maxdiff(f['params'], d['params']) < 1e-5 and _maxdiff(f['params'], list(ref.model.parameters())) < 1e-5
+        def flat(values): return [v for row in values for v in row]
+        assert flat(f['values']) == pytest.approx(flat(d['values']), abs=1e-5)
         for a,b in zip(f['params'], r1['fsdp']['micro'][split]['params']): assert torch.equal(a, b)
-        assert f['syncs'] == [False, True]*3*6 # 6 batches, each 4 micro-batches: the reduction off for the first 3
+    # 6 batches of 4 micro-batches: the reduction on in the last one's backward of each batch that steps, only
+    assert r0['fsdp']['micro'][False]['at_backward'] == [False, False, False, True]*6
+    assert r0['fsdp']['micro']['accum']['at_backward'] == ([False]*4 + [False, False, False, True])*3
     assert "`micro_bs='auto'` (and `find_micro_bs`) with FSDP2 is not supported yet" in r0['fsdp']['micro']['auto']
     assert r0['ddp']['micro']['auto'] == 'trained'
 

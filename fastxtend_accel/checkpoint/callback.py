@@ -143,28 +143,33 @@ def after_batch(self:CheckpointCallback):
         stop,due = map(int, learn.reduce(torch.tensor([stop, due], dtype=torch.float, device=learn.accelerator.device),
                                          'max').tolist())
     if stop or due or self.deferred or (self.every_steps and self.steps % self.every_steps == 0):
-        self._checkpoint(learn.epoch, learn.iter + 1, wait=bool(stop), stop=signal.Signals(stop).name if stop else None)
+        self._checkpoint(learn.epoch, learn.iter + 1, wait=bool(stop), stop=signal.Signals(stop).name if stop else None,
+                         score=self.deferred_score if self.deferred else None)
     if stop: self._pruned(); self.signals.remove(); raise SystemExit(0)
 
 @patch
 def after_epoch(self:CheckpointCallback):
     if self.nested: return
     if not (self.every_epochs and (self.learn.epoch+1) % self.every_epochs == 0): return
-    if group_out_of_reach(self.learn): return self._defer()
     r = self.learn.recorder # its row of this epoch, the values gathered exactly over the processes
     score = None if self.monitor is None else float(r.values[-1][list(r.metric_names[1:]).index(self.monitor)])
+    if group_out_of_reach(self.learn): return self._defer(score)
     self._checkpoint(self.learn.epoch+1, 0, score=score)
 
 # %% ../../nbs/16_checkpoint.ipynb #d5f5794b
 @patch
-def _defer(self:CheckpointCallback):
+def _defer(self:CheckpointCallback, score=None):
     "An epoch's checkpoint that FSDP2 can't take inside an accumulation group: taken after the group's step, if it can"
     learn = self.learn
-    self.deferred = isinstance(train_loader(learn), DataLoader) # a checkpoint mid-epoch needs a fastai `DataLoader`
+    last = learn.epoch == learn.n_epoch-1 # no step comes after the fit's last batch
+    # a checkpoint mid-epoch needs a fastai `DataLoader`; it keeps the epoch's score
+    self.deferred = not last and isinstance(train_loader(learn), DataLoader)
+    self.deferred_score = score
     if learn.is_main_process: warn(
         f"CheckpointCallback: epoch {learn.epoch} ended inside an accumulation group of `GradientAccumulation`, whose "
         "gradients FSDP2 sums unsharded inside the model, out of a checkpoint's reach: " +
         ("checkpointing after the group's optimizer step instead" if self.deferred else
+         "no checkpoint of the fit's last epoch" if last else
          "no checkpoint of this epoch (one after the group's step, mid-epoch, needs a fastai `DataLoader`)"))
 
 # %% ../../nbs/16_checkpoint.ipynb #0cec9cf7

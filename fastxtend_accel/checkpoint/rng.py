@@ -43,7 +43,8 @@ def _set_stream_state(learn, st):
     for n,o in st['hidden'].items():
         m = model.get_submodule(n)
         if o['bs'] is not None: m.bs = o['bs']
-        m.hidden = [tuple(h) if isinstance(h, list) else h for h in o['hidden']]
+        dev = one_param(m).device # (read onto the CPU)
+        m.hidden = [tuple(t.to(dev) for t in h) if isinstance(h, list) else h.to(dev) for h in o['hidden']]
     if st['docs'] is not None:
         dl.items.idxs[:] = st['docs'] # in place: the loader's `lens` share the list
         dl.make_chunks()
@@ -86,7 +87,7 @@ def new_process_rng(st:dict, # Process 0's random states, as `rng_state` gave th
 
 # %% ../../nbs/11_rng.ipynb #14a09c4e
 def _side_by_side(parts, rows):
-    "The hidden states `parts` of the processes (tensors `(layers, bs, n_hid)`, or tuples of them) joined, then `rows`"
+    "The processes' hidden states `parts` (tensors `(directions, bs, features)`, nested) side by side, then `rows`"
     if isinstance(parts[0], (list, tuple)): return [_side_by_side(list(ps), rows) for ps in zip(*parts)]
     return torch.cat(parts, 1)[:, rows].clone()
 

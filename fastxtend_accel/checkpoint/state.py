@@ -182,11 +182,13 @@ def _saved_grads(model, md, ranks)->dict:
     keys = [k[6:].split('.', 1) for k in md if k.startswith('grads.')]
     return {f'{r}.{n}': empty_like(params[n].detach()) for r,n in keys if r in ranks and n in params}
 
-def _mean_grads(read:dict)->dict:
+def _mean_grads(read:dict, # What `_saved_grads` read
+                n:int # The processes it was read from (one that saved no gradient of a parameter had none: zeros)
+               )->dict:
     "What `_saved_grads` read, by parameter name: one process's as it was, several processes' averaged"
     by_name = {}
     for k,t in read.items(): by_name.setdefault(k.partition('.')[2], []).append(t)
-    return {n: ts[0] if len(ts) == 1 else torch.stack(ts).mean(0) for n,ts in by_name.items()}
+    return {k: ts[0] if n == 1 else torch.stack(ts).sum(0)/n for k,ts in by_name.items()}
 
 @patch
 def load_state(self:Learner,
@@ -224,7 +226,8 @@ def load_state(self:Learner,
         self.opt.load_state_dict(opt_sd)
         place_state(self.opt) # on its parameters' devices: DCP read it onto the CPU
     self.opt.freeze_to(state['frozen_idx'])
-    set_group_grads(self, _mean_grads(tensors.get('grads', {}))) # none saved: zeroed, as a step leaves them
+    saved_by = 1 if same_world else state['world_size'] # none saved: zeroed, as a step leaves them
+    set_group_grads(self, _mean_grads(tensors.get('grads', {}), saved_by))
     scaler = getattr(self.accelerator, 'scaler', None) if self.accelerator is not None else None
     if scaler is not None and state['scaler'] is not None: scaler.load_state_dict(state['scaler'])
     restore_recorder(self, state['recorder'])

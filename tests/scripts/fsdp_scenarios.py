@@ -37,14 +37,16 @@ def opt_state(learn): return [{k: full(v) if isinstance(v, Tensor) else v for k,
 def want(name): return only is None or name in only
 
 class SyncSpy(Callback):
-    "Record calls turning FSDP2's gradient reduction off and on, and Accelerate's clip norm before each step"
+    """Record the calls turning FSDP2's gradient reduction off and on, whether it was on at each backward, and
+    Accelerate's clip norm before each step"""
     order = 20
     def before_fit(self):
-        self.syncs,self.norms,self.norm_types,m = [],[],[],self.learn.model
+        self.syncs,self.at_backward,self.norms,self.norm_types,m = [],[],[],[],self.learn.model
         if hasattr(m, 'set_requires_gradient_sync'):
             orig = m.set_requires_gradient_sync
             def spy(flag, **kw): self.syncs.append(flag); return orig(flag, **kw)
             m.set_requires_gradient_sync = spy
+    def after_backward(self): self.at_backward.append(self.syncs[-1] if self.syncs else True)
     def before_step(self):
         n = self.learn.accelerator.accelerator.clip_grad_norm_(self.learn.model.parameters(), 1e9)
         # the norm of every process's shards: torch 2.9's `.item()` of FSDP2's norm (a DTensor) gave this process's own
@@ -86,11 +88,13 @@ for mode in ('ddp', 'fsdp'):
     # 3b. micro-batches of 4 items, the global batch of 32 given per process or split (`split_batches`); 'auto'
     if want('micro'):
         r['micro'] = {}
-        for split in (False, True):
-            learn = accelerate(synth_regression_learner(bs=32 if split else 16), mode, micro_bs=4, split_batches=split)
+        for split in (False, True, 'accum'): # the global batch per process or split; inside fastai's accumulation
+            learn = accelerate(synth_regression_learner(bs=32 if split is True else 16), mode, micro_bs=4,
+                               split_batches=split is True)
             spy = SyncSpy()
-            learn.fit(1, 1e-2, cbs=spy)
-            r['micro'][split] = dict(params=params(learn), values=learn.recorder.values, syncs=spy.syncs)
+            learn.fit(1, 1e-2, cbs=[spy] + ([GradientAccumulation(n_acc=64)] if split == 'accum' else []))
+            r['micro'][split] = dict(params=params(learn), values=learn.recorder.values, syncs=spy.syncs,
+                                     at_backward=spy.at_backward)
         try: accelerate(synth_regression_learner(), mode, micro_bs='auto').fit(1, 1e-2); r['micro']['auto'] = 'trained'
         except ValueError as e: r['micro']['auto'] = str(e)
 

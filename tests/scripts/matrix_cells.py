@@ -7,7 +7,7 @@ hangs can't harm the next. On 2 processes each rank forks its own, and the two m
 file store in OUT). Kinds:
 - `reference`: the cell's learner, as stock fastai trains it (in bf16: `.accelerate()` on 1 process);
 - `straight`: the cell as asked, uninterrupted;
-- `kill`: the cell checkpointing every 3 steps and every epoch, SIGKILLed by itself after its 8th batch;
+- `kill`: the cell checkpointing every 3 steps, SIGKILLed by itself after its 8th batch;
 - `resume`: the killed cell resumed from its newest checkpoint (on the other number of processes for `elastic`
   cells).
 Each rank writes OUT/KIND-ID-rankR.pt: the parameters (full) and `Recorder` values, or the error, where it was raised
@@ -40,9 +40,9 @@ COMPILE_BACKEND = os.environ.get('MATRIX_BACKEND', 'aot_eager')
 
 def full(t): return (t.full_tensor() if isinstance(t, DTensor) else t).detach().float().clone()
 def snapshot(learn):
-    "Each parameter as this process holds it: its kind, and its values (none while `sharded_init` builds it)"
+    "The model's class, and each parameter as this process holds it: its kind, its values (none in `sharded_init`)"
     def local(p): return None if p.is_meta else (p.to_local() if isinstance(p, DTensor) else p).detach().clone()
-    return [(type(p).__name__, local(p)) for p in learn.model.parameters()]
+    return [(type(learn.model).__name__, None)] + [(type(p).__name__, local(p)) for p in learn.model.parameters()]
 
 def same(a, b):
     "Whether two snapshots hold the same kinds of parameters with the same values"
@@ -63,6 +63,7 @@ class KillAt(Callback):
 class Progress(Callback):
     "Training batches run so far (0: the fit failed before changing anything)"
     order = -100
+    def __init__(self): self.batches = 0
     def before_fit(self): self.batches = 0
     def after_batch(self):
         if self.training: self.batches += 1
@@ -96,7 +97,9 @@ def ask(learn, cell, world, kind, out):
         learn.accelerate(cpu_fsdp_accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2), **kw), **opts)
     else: learn.accelerate(**kw, **opts)
     if kind in ('kill', 'resume'):
-        cbs.append(CheckpointCallback(out/f'ckpt-{cell_id(cell)}', every_steps=3, resume=kind == 'resume'))
+        # every 3 steps only: the newest checkpoint at the kill is mid-epoch (a language model's streams go on from it)
+        cbs.append(CheckpointCallback(out/f'ckpt-{cell_id(cell)}', every_steps=3, every_epochs=None,
+                                      resume=kind == 'resume'))
     if kind == 'kill': cbs.append(KillAt(KILL_AFTER, out/f'killed-{cell_id(cell)}-rank{rank()}'))
     return cbs
 
@@ -159,5 +162,12 @@ if __name__ == '__main__':
     out,plan = Path(sys.argv[1]),sys.argv[2]
     world = int(os.environ.get('WORLD_SIZE', 1))
     jobs = json.loads((out/f'{plan}.json').read_text())
-    for n,(kind,cell) in enumerate(jobs): fork_job(f'{plan}-{n}', kind, cell, world, out)
+    for n,(kind,cell) in enumerate(jobs):
+        fork_job(f'{plan}-{n}', kind, cell, world, out)
+        # every rank done with job n before any starts job n+1: a job one rank left early (failed, or killed when it
+        # hung) leaves the others no job behind
+        (out/f'{plan}-{n}-done-rank{rank()}').touch()
+        end = time.time() + 600
+        while not all((out/f'{plan}-{n}-done-rank{r}').exists() for r in range(world)) and time.time() < end:
+            time.sleep(0.05)
     (out/f'{plan}-done-rank{rank()}').touch()
