@@ -11,7 +11,7 @@ import torch.distributed as dist
 from fastai.basics import *
 from .extension import ExtendingCallback
 from .collectives import sync_buffers, all_reduce_grads
-from .loop import runs_own_loop, trial_fits, training_fit
+from .loop import runs_own_loop, trial_fits
 from .checkpoint.rng import rng_state, set_rng_state
 from .checkpoint.fields import checkpoint_fields
 from .callback import AcceleratorCallback
@@ -100,7 +100,6 @@ def before_fit(self:MicroBatches):
     if acc is None:
         raise ValueError("Micro-batches run on an accelerated learner: use `learn.accelerate(micro_bs=...)`")
     self.fit_token,self.nested,acc.batch_runner,self.norms_told = learn.fit_calls,0,self.run_batch,False
-    if not self.auto and training_fit(learn): self._tell_norms(self.micro_bs, learn.dls.train.bs)
 
 @patch
 def _tell_norms(self:MicroBatches, size, n):
@@ -190,6 +189,7 @@ def run_batch(self:MicroBatches, batch_pass):
     xb,yb,n = learn.xb,learn.yb,find_bs(learn.yb)
     self.n = n
     if not self.auto: # a fixed size: no back-off, DDP's gradients synced by the last micro-batch's backward
+        self._tell_norms(self.micro_bs, n) # (once a fit, at its first batch: any loader's batches have a size)
         try: learn.pred,learn.loss = self._passes(batch_pass, xb, yb, n, self.micro_bs, quiet=False)
         finally: learn.xb,learn.yb,self.share = xb,yb,1.
         return
